@@ -1,0 +1,157 @@
+"""The one error tree of the package.
+
+::
+
+    AgentLoomError
+     ├── WorkflowValidationError      a workflow file does not load (file, line, key, suggestion)
+     ├── StepError                    a step failed; ``retryable`` says whether Airflow may retry it
+     │    ├── TemplateError           broken braces in a template (retryable, as the spec page says)
+     │    ├── StateKeyMissingError    a whole-value ``state.x`` argument names a missing key (fails at once)
+     │    ├── ToolNotFoundError       ``tool_name`` is not registered (fails at once)
+     │    ├── ToolError               a tool raised (retryable)
+     │    │    └── SandboxViolationError   the sandbox refused a call (retryable, like any tool error)
+     │    └── ExpressionError         a router expression is invalid or unsafe
+     ├── LLMError                     a model call failed
+     │    └── LLMHTTPError            the vendor answered with an HTTP error status
+     └── BudgetExceededError          the run spent its ``config.budget_usd``
+
+Every error carries ``retryable``; ``operators.base`` is the one place that turns a
+non-retryable error into ``AirflowFailException``. Constructor arguments are kept so errors
+pickle across processes (Airflow's supervisor and the CLI runner may cross one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class AgentLoomError(Exception):
+    """Raised for every error of this package; the root of the tree."""
+
+    retryable: bool = True
+
+
+@dataclass(frozen=True)
+class ValidationIssue:
+    """One problem found while loading a workflow file."""
+
+    file: str
+    line: int | None
+    key_path: str
+    message: str
+    suggestion: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        key = f" {self.key_path}:" if self.key_path else ""
+        hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
+        return f"{where}:{key} {self.message}{hint}"
+
+
+class WorkflowValidationError(AgentLoomError):
+    """Raised when a workflow file cannot be loaded; names every problem with its file and line."""
+
+    retryable = False
+
+    def __init__(self, issues: list[ValidationIssue] | tuple[ValidationIssue, ...]) -> None:
+        self.issues = tuple(issues)
+        super().__init__("\n".join(str(issue) for issue in self.issues))
+
+    def __reduce__(self) -> tuple[type[WorkflowValidationError], tuple[list[ValidationIssue]]]:
+        return (type(self), (list(self.issues),))
+
+    @property
+    def first(self) -> ValidationIssue:
+        return self.issues[0]
+
+
+class StepError(AgentLoomError):
+    """Raised when a step fails; ``retryable`` decides whether Airflow retries it."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+    def __reduce__(self) -> tuple[type[StepError], tuple[str], dict[str, bool]]:
+        return (type(self), (str(self),), {"retryable": self.retryable})
+
+
+class TemplateError(StepError):
+    """Raised when a template has broken braces, such as an unterminated ``{state.x``."""
+
+
+class StateKeyMissingError(StepError):
+    """Raised when a whole-value ``state.x`` argument names a key the state does not have."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message, retryable=retryable)
+
+
+class ToolNotFoundError(StepError):
+    """Raised when a tool step names a tool that is not registered."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message, retryable=retryable)
+
+
+class ToolError(StepError):
+    """Raised when a tool fails: a refused path, a missing argument, a dropped connection."""
+
+
+class SandboxViolationError(ToolError):
+    """Raised when the sandbox refuses a call: ``Sandbox violation (<tool>): <reason>``."""
+
+
+class ExpressionError(StepError):
+    """Raised when a router expression is invalid, unsafe, or fails while evaluated."""
+
+
+class LLMError(AgentLoomError):
+    """Raised when a model call fails."""
+
+
+class LLMHTTPError(LLMError):
+    """Raised when an LLM vendor answers with an HTTP error status."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        vendor: str,
+        status_code: int,
+        retry_after: float | None = None,
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(message)
+        self.vendor = vendor
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.retryable = retryable
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            _rebuild_llm_http_error,
+            (str(self), self.vendor, self.status_code, self.retry_after, self.retryable),
+        )
+
+
+def _rebuild_llm_http_error(
+    message: str, vendor: str, status_code: int, retry_after: float | None, retryable: bool
+) -> LLMHTTPError:
+    return LLMHTTPError(
+        message, vendor=vendor, status_code=status_code, retry_after=retry_after, retryable=retryable
+    )
+
+
+class BudgetExceededError(AgentLoomError):
+    """Raised when the run has spent its ``config.budget_usd``: ``Budget exceeded: spent $X of $Y limit``."""
+
+    retryable = False
+
+    def __init__(self, spent: float, limit: float) -> None:
+        self.spent = spent
+        self.limit = limit
+        super().__init__(f"Budget exceeded: spent ${spent:.4f} of ${limit:.4f} limit")
+
+    def __reduce__(self) -> tuple[type[BudgetExceededError], tuple[float, float]]:
+        return (type(self), (self.spent, self.limit))

@@ -1,0 +1,144 @@
+"""``BaseTool`` and the ``@tool`` decorator: a tool's name, description, JSON Schema and ``execute``."""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Union, get_args, get_origin, overload
+
+import anyio.to_thread
+
+JSONSchema = dict[str, Any]
+
+_SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+class BaseTool:
+    """A tool a workflow can call: subclass it, set the three attributes and implement ``execute``.
+
+    :param name: the name workflows use in ``tool_name`` (class attribute).
+    :param description: what the tool does, sent to models (class attribute).
+    :param parameters_schema: a JSON Schema of the arguments (class attribute).
+    """
+
+    name: str = ""
+    description: str = ""
+    parameters_schema: JSONSchema = {"type": "object", "properties": {}}  # noqa: RUF012
+
+    async def execute(self, **kwargs: Any) -> Any:
+        """Run the tool with its arguments and return a JSON-serialisable value."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class FunctionTool(BaseTool):
+    """A tool made by ``@tool`` from a function; a plain function runs in a worker thread."""
+
+    def __init__(
+        self, func: Callable[..., Any], *, name: str, description: str, parameters_schema: JSONSchema
+    ) -> None:
+        self.func = func
+        self.name = name
+        self.description = description
+        self.parameters_schema = parameters_schema
+        self._is_async = inspect.iscoroutinefunction(func)
+
+    async def execute(self, **kwargs: Any) -> Any:
+        if self._is_async:
+            return await self.func(**kwargs)
+        return await anyio.to_thread.run_sync(lambda: self.func(**kwargs))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped function directly, so a decorated function stays usable in Python."""
+        return self.func(*args, **kwargs)
+
+
+def json_schema_for(annotation: Any) -> JSONSchema:
+    """Return the JSON Schema of a type hint: scalars, ``list[...]``, ``dict[str, ...]``, ``Optional``."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return {"type": "string"} if annotation is inspect.Parameter.empty else {}
+    if annotation in _SCALARS:
+        return {"type": _SCALARS[annotation]}
+    if annotation is list:
+        return {"type": "array"}
+    if annotation is dict:
+        return {"type": "object"}
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin in (Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        schema = json_schema_for(members[0]) if len(members) == 1 else {"anyOf": [json_schema_for(m) for m in members]}
+        if type(None) in args:
+            schema = _nullable(schema)
+        return schema
+    if origin in (list, tuple, set, frozenset):
+        item = args[0] if args else Any
+        return {"type": "array", "items": json_schema_for(item)} if item is not Any else {"type": "array"}
+    if origin is dict:
+        value = args[1] if len(args) == 2 else Any
+        schema: JSONSchema = {"type": "object"}
+        if value is not Any:
+            schema["additionalProperties"] = json_schema_for(value)
+        return schema
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    return {"type": "string"}
+
+
+def _nullable(schema: JSONSchema) -> JSONSchema:
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {**schema, "type": [kind, "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def schema_from_signature(func: Callable[..., Any]) -> JSONSchema:
+    """Build the parameters schema of ``func``: no hint is a string, no default is required."""
+    hints = typing.get_type_hints(func)
+    properties: dict[str, JSONSchema] = {}
+    required: list[str] = []
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = hints.get(param.name, inspect.Parameter.empty)
+        properties[param.name] = json_schema_for(annotation)
+        if param.default is inspect.Parameter.empty:
+            required.append(param.name)
+    schema: JSONSchema = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+@overload
+def tool(func: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    func: None = None, /, *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a function into a tool; the name defaults to the function's, the description to its docstring."""
+
+    def wrap(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(
+            f,
+            name=name or f.__name__,
+            description=description if description is not None else inspect.cleandoc(f.__doc__ or ""),
+            parameters_schema=schema_from_signature(f),
+        )
+
+    return wrap(func) if func is not None else wrap

@@ -1,0 +1,99 @@
+"""``ToolRegistry``: the tools a run may call, by name; discovery from the ``agentloom.tools`` entry points."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from importlib.metadata import entry_points
+
+from airflow_provider_agentloom.tools.base import BaseTool
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "agentloom.tools"
+
+
+class ToolRegistry:
+    """The tools a run can call, by name.
+
+    Registering a name that is already taken replaces that tool with a warning;
+    ``register(tool, replace=True)`` replaces it quietly.
+    """
+
+    def __init__(self, tools: Iterable[BaseTool] = ()) -> None:
+        self._tools: dict[str, BaseTool] = {}
+        for item in tools:
+            self.register(item)
+
+    def register(self, tool: BaseTool, *, replace: bool = False) -> BaseTool:
+        """Add ``tool``; return it so the call can be used as a decorator chain."""
+        if not isinstance(tool, BaseTool):
+            raise TypeError(f"expected a BaseTool or a @tool function, got {type(tool).__name__}")
+        if not tool.name:
+            raise ValueError(f"{type(tool).__name__} has no name")
+        if tool.name in self._tools and not replace:
+            log.warning("Tool %r is already registered; replacing it", tool.name)
+        self._tools[tool.name] = tool
+        return tool
+
+    def unregister(self, name: str) -> None:
+        """Remove the tool called ``name`` if present."""
+        self._tools.pop(name, None)
+
+    def get(self, name: str) -> BaseTool | None:
+        """Return the tool called ``name``, or None."""
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """Return the registered names, sorted."""
+        return sorted(self._tools)
+
+    def list_tools(self) -> list[BaseTool]:
+        """Return the registered tools, sorted by name."""
+        return [self._tools[name] for name in self.names()]
+
+    def copy(self) -> ToolRegistry:
+        """Return a registry holding the same tools."""
+        clone = ToolRegistry()
+        clone._tools = dict(self._tools)
+        return clone
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[BaseTool]:
+        return iter(self.list_tools())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def discover_entry_point_tools() -> list[BaseTool]:
+    """Load the tools that installed packages publish in the ``agentloom.tools`` entry-point group.
+
+    An entry point may name a tool, a list of tools, or a zero-argument callable returning either.
+    A broken entry point is logged and skipped, so one bad package cannot stop every workflow.
+    """
+    found: list[BaseTool] = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            found.extend(tools_from_object(ep.load()))
+        except Exception:
+            log.exception("Could not load tools from entry point %s = %s", ep.name, ep.value)
+    return found
+
+
+def tools_from_object(obj: object) -> list[BaseTool]:
+    """Turn a tool, a ``BaseTool`` subclass, an iterable of those, or a factory into a list of tools."""
+    if isinstance(obj, BaseTool):
+        return [obj]
+    if isinstance(obj, type) and issubclass(obj, BaseTool):
+        return [obj()]
+    if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes, dict)):
+        out: list[BaseTool] = []
+        for item in obj:
+            out.extend(tools_from_object(item))
+        return out
+    if callable(obj):
+        return tools_from_object(obj())
+    raise TypeError(f"not a tool: {obj!r}")
