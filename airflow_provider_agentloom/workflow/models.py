@@ -268,6 +268,7 @@ class Workflow(_Strict):
 
     _source_path: str | None = PrivateAttr(default=None)
     _source_text: str | None = PrivateAttr(default=None)
+    _graph: object | None = PrivateAttr(default=None)
 
     @property
     def source_path(self) -> str | None:

@@ -1,0 +1,86 @@
+"""``WorkflowRunContext``: what every task of one workflow's DAG shares (workflow, graph, tools, working dir).
+
+It is built once per DAG at parse time (cheap: no I/O) and consulted when a task runs. It is never
+serialised: the scheduler reads the serialised DAG, and workers re-parse the DAG file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_provider_agentloom.tools.base import BaseTool
+from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
+from airflow_provider_agentloom.workflow.graph import StepGraph
+from airflow_provider_agentloom.workflow.models import Workflow
+
+_UNSAFE_ID = re.compile(r"[^\w.-]")
+
+DEFAULT_WORKING_DIR = os.path.join(tempfile.gettempdir(), "agentloom", "{dag_id}")
+
+
+def safe_id(name: str) -> str:
+    """Make ``name`` a valid Airflow id: letters, digits, ``_``, ``-`` and ``.`` (others become ``_``)."""
+    return _UNSAFE_ID.sub("_", name)[:250] or "_"
+
+
+@dataclass
+class WorkflowRunContext:
+    """Shared, read-only run-time context of one workflow's tasks.
+
+    :param workflow: the parsed workflow.
+    :param graph: its analysed step graph.
+    :param dag_id: the DAG id built from it.
+    :param tools: custom tools passed to the loader or the runner.
+    :param working_dir: "the directory you run from" for built-in tools; ``{dag_id}`` and
+        ``{run_id}`` are filled in. None means ``config.airflow.working_dir``, then the provider's
+        ``[agentloom] working_dir`` option, then a folder under the system temp dir.
+    :param discover_tools: also load tools from the ``agentloom.tools`` entry-point group.
+    """
+
+    workflow: Workflow
+    graph: StepGraph
+    dag_id: str
+    tools: tuple[BaseTool, ...] = ()
+    working_dir: str | None = None
+    discover_tools: bool = True
+    task_ids: dict[str, str] = field(default_factory=dict)
+
+    def task_id(self, step_id: str) -> str:
+        """The Airflow task id of a step."""
+        return self.task_ids.get(step_id) or safe_id(step_id)
+
+    def resolve_working_dir(self, run_id: str) -> Path:
+        """Return (and create) the directory built-in tools run from for this run."""
+        template = self.working_dir or self.workflow.config.airflow.working_dir or _configured_working_dir()
+        folder = Path(template.replace("{dag_id}", self.dag_id).replace("{run_id}", safe_id(run_id)))
+        folder = folder.expanduser().resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def build_registry(self, base_dir: Path) -> ToolRegistry:
+        """The tools of one task run: the four built-ins under the workflow's sandbox, then custom tools."""
+        from airflow_provider_agentloom.tools.builtins import register_builtins
+        from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+
+        registry = ToolRegistry()
+        sandbox = ToolSandbox(**self.workflow.config.sandbox.model_dump(), base_dir=base_dir)
+        register_builtins(registry, sandbox=sandbox, base_dir=base_dir)
+        custom = list(discover_entry_point_tools()) if self.discover_tools else []
+        custom.extend(self.tools)
+        for item in custom:
+            registry.register(item, replace=True)
+        return registry
+
+
+def _configured_working_dir() -> str:
+    try:
+        from airflow.configuration import conf
+
+        value = conf.get("agentloom", "working_dir", fallback=None)
+    except Exception:  # Airflow config unavailable (e.g. plain Python use): use the default
+        value = None
+    return str(value) if value else DEFAULT_WORKING_DIR

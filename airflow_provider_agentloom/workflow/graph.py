@@ -1,0 +1,318 @@
+"""``StepGraph``: edges, cycle check, layers, what each step reads, and the implicit read edges.
+
+Upstream runs steps in layers with a barrier, so a step may read what any earlier-layer step
+wrote even without ``depends_on``. Per-task schedulers like Airflow would race there, so the
+graph adds an *implicit read edge* from every earlier-layer writer of a key a step reads (in its
+templates, ``state.`` arguments or router expressions). The state a step sees is rebuilt from
+its ancestors' outputs, in upstream order (layer, then step id). Nothing here imports Airflow.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from airflow_provider_agentloom.workflow.models import (
+    AgentStep,
+    ApprovalGateStep,
+    LLMCallStep,
+    RouterStep,
+    StepModel,
+    SubworkflowStep,
+    ToolStep,
+    Workflow,
+)
+from airflow_provider_agentloom.workflow.templates import (
+    WHOLE_VALUE_RE,
+    Placeholder,
+    find_placeholders,
+    iter_strings,
+    parse_path,
+)
+
+
+@dataclass(frozen=True)
+class GraphIssue:
+    """A reference or structure problem, located by key path (the parser adds the line)."""
+
+    key_path: str
+    message: str
+    suggestion: str | None = None
+
+
+class GraphError(Exception):
+    """Raised by :func:`build_graph` with every issue it found."""
+
+    def __init__(self, issues: list[GraphIssue]) -> None:
+        super().__init__("; ".join(issue.message for issue in issues))
+        self.issues = issues
+
+
+@dataclass(frozen=True)
+class StepReads:
+    """What one step reads: top-level state keys, other steps' entries, or the whole state."""
+
+    state_keys: frozenset[str] = frozenset()
+    step_ids: frozenset[str] = frozenset()
+    whole_state: bool = False
+
+
+@dataclass(frozen=True)
+class ImplicitEdge:
+    """A dependency the graph added because ``reader`` reads ``keys`` that ``writer`` writes."""
+
+    writer: str
+    reader: str
+    keys: tuple[str, ...]
+
+
+@dataclass
+class StepGraph:
+    """The analysed dependency graph of one workflow."""
+
+    steps: dict[str, StepModel]
+    explicit_parents: dict[str, tuple[str, ...]]
+    layers: dict[str, int]
+    reads: dict[str, StepReads]
+    implicit_edges: list[ImplicitEdge] = field(default_factory=list)
+    parents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ancestors: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    unseen_reads: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def order(self) -> list[str]:
+        """Step ids in upstream order: layer, then id."""
+        return sorted(self.steps, key=self.sort_key)
+
+    def sort_key(self, step_id: str) -> tuple[int, str]:
+        return (self.layers[step_id], step_id)
+
+    def children(self, step_id: str) -> list[str]:
+        """Direct dependents of ``step_id`` (explicit and implicit edges)."""
+        return [sid for sid, parents in self.parents.items() if step_id in parents]
+
+    def descendants(self, step_id: str) -> set[str]:
+        """Every step below ``step_id``."""
+        return {sid for sid, ancestors in self.ancestors.items() if step_id in ancestors}
+
+
+def output_key(step: StepModel) -> str | None:
+    """The top-level state key a step's ``output`` writes, or None."""
+    if not step.output:
+        return None
+    first = parse_path(step.output)
+    return str(first[0]) if first else step.output
+
+
+def step_reads(step: StepModel, known_keys: frozenset[str]) -> StepReads:
+    """Work out what ``step`` reads from the state."""
+    keys: set[str] = set()
+    ids: set[str] = set()
+    whole = False
+
+    def add_placeholders(template: str) -> None:
+        for placeholder in find_placeholders(template, lambda key: key in known_keys):
+            _add_placeholder(placeholder, keys, ids)
+
+    if isinstance(step, ToolStep):
+        for text in iter_strings(step.tool_args):
+            whole_value = WHOLE_VALUE_RE.fullmatch(text)
+            if whole_value is not None:
+                _add_path(parse_path(whole_value.group(1)), keys, ids)
+            else:
+                add_placeholders(text)
+    elif isinstance(step, (LLMCallStep, AgentStep)):
+        for text in (step.prompt, step.system_prompt):
+            if text:
+                add_placeholders(text)
+        if isinstance(step, LLMCallStep):
+            for attachment in step.attachments:
+                add_placeholders(attachment.source)
+    elif isinstance(step, RouterStep):
+        from airflow_provider_agentloom.workflow.expressions import compile_expression
+
+        for condition in step.conditions:
+            reads = compile_expression(condition.expression).reads
+            keys |= reads.state_keys
+            ids |= reads.step_ids
+            whole = whole or reads.whole_state
+    elif isinstance(step, SubworkflowStep):
+        if step.isolated_state:
+            for text in iter_strings(step.input):
+                whole_value = WHOLE_VALUE_RE.fullmatch(text)
+                if whole_value is not None:
+                    _add_path(parse_path(whole_value.group(1)), keys, ids)
+                else:
+                    add_placeholders(text)
+        else:
+            whole = True
+    elif isinstance(step, ApprovalGateStep) and step.notify and step.notify.body_template:
+        add_placeholders(step.notify.body_template)
+    return StepReads(frozenset(keys), frozenset(ids), whole)
+
+
+def _add_placeholder(placeholder: Placeholder, keys: set[str], ids: set[str]) -> None:
+    parts = placeholder.parts
+    if placeholder.root == "steps":
+        if parts:
+            ids.add(str(parts[0]))
+    else:
+        _add_path(parts, keys, ids)
+
+
+def _add_path(parts: list[str | int], keys: set[str], ids: set[str]) -> None:
+    if not parts:
+        return
+    if parts[0] == "steps" and len(parts) > 1:
+        ids.add(str(parts[1]))
+    else:
+        keys.add(str(parts[0]))
+
+
+def _suggest(name: str, choices: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _check_references(workflow: Workflow) -> list[GraphIssue]:
+    issues: list[GraphIssue] = []
+    seen: dict[str, int] = {}
+    for index, step in enumerate(workflow.steps):
+        if step.id in seen:
+            issues.append(
+                GraphIssue(
+                    f"steps[{index}].id",
+                    f"duplicate step id {step.id!r} (also steps[{seen[step.id]}])",
+                )
+            )
+        else:
+            seen[step.id] = index
+    for index, step in enumerate(workflow.steps):
+        for pos, dep in enumerate(step.depends_on):
+            if dep == step.id:
+                issues.append(GraphIssue(f"steps[{index}].depends_on[{pos}]", f"step {step.id!r} depends on itself"))
+            elif dep not in seen:
+                issues.append(
+                    GraphIssue(
+                        f"steps[{index}].depends_on[{pos}]",
+                        f"step {step.id!r} depends on unknown step {dep!r}",
+                        _suggest(dep, seen),
+                    )
+                )
+        if isinstance(step, RouterStep):
+            targets = [(f"conditions[{i}].target", c.target) for i, c in enumerate(step.conditions)]
+            if step.default is not None:
+                targets.append(("default", step.default))
+            for where, target in targets:
+                if target not in seen:
+                    issues.append(
+                        GraphIssue(
+                            f"steps[{index}].{where}",
+                            f"router {step.id!r} targets unknown step {target!r}",
+                            _suggest(target, seen),
+                        )
+                    )
+    return issues
+
+
+def _layers(workflow: Workflow) -> tuple[dict[str, int], list[GraphIssue]]:
+    parents = {step.id: tuple(dict.fromkeys(step.depends_on)) for step in workflow.steps}
+    layers: dict[str, int] = {}
+    state: dict[str, int] = {}  # 1 = visiting, 2 = done
+    index_of = {step.id: i for i, step in enumerate(workflow.steps)}
+
+    def visit(node: str, path: list[str]) -> GraphIssue | None:
+        state[node] = 1
+        path.append(node)
+        depth = 0
+        for parent in parents[node]:
+            if state.get(parent) == 1:
+                cycle = [*path[path.index(parent) :], parent]
+                return GraphIssue(
+                    f"steps[{index_of[node]}].depends_on",
+                    "dependency cycle: " + " -> ".join(reversed(cycle)),
+                )
+            if state.get(parent) != 2:
+                issue = visit(parent, path)
+                if issue is not None:
+                    return issue
+            depth = max(depth, layers[parent] + 1)
+        layers[node] = depth
+        state[node] = 2
+        path.pop()
+        return None
+
+    for step in workflow.steps:
+        if state.get(step.id) != 2:
+            issue = visit(step.id, [])
+            if issue is not None:
+                return layers, [issue]
+    return layers, []
+
+
+def build_graph(workflow: Workflow) -> StepGraph:
+    """Analyse ``workflow``; raise :class:`GraphError` on unknown references, duplicates or cycles."""
+    issues = _check_references(workflow)
+    if issues:
+        raise GraphError(issues)
+    layers, cycle_issues = _layers(workflow)
+    if cycle_issues:
+        raise GraphError(cycle_issues)
+
+    steps = {step.id: step for step in workflow.steps}
+    known_keys = frozenset(workflow.state) | frozenset(
+        key for key in (output_key(step) for step in workflow.steps) if key
+    )
+    reads = {step.id: step_reads(step, known_keys) for step in workflow.steps}
+    graph = StepGraph(
+        steps=steps,
+        explicit_parents={step.id: tuple(dict.fromkeys(step.depends_on)) for step in workflow.steps},
+        layers=layers,
+        reads=reads,
+    )
+    _add_implicit_edges(graph)
+    return graph
+
+
+def _add_implicit_edges(graph: StepGraph) -> None:
+    writers: dict[str, list[str]] = {}
+    for sid, step in graph.steps.items():
+        key = output_key(step)
+        if key:
+            writers.setdefault(key, []).append(sid)
+
+    parents: dict[str, list[str]] = {sid: list(p) for sid, p in graph.explicit_parents.items()}
+    ancestors: dict[str, set[str]] = {}
+    for reader in graph.order:  # parents always come earlier in upstream order
+        known = set(parents[reader]).union(*(ancestors[p] for p in parents[reader]))
+        read = graph.reads[reader]
+        layer = graph.layers[reader]
+        wanted: dict[str, list[str]] = {}
+        if read.whole_state:
+            for sid in graph.steps:
+                if graph.layers[sid] < layer:
+                    wanted.setdefault(sid, []).append("*")
+        for key in sorted(read.state_keys):
+            for writer in writers.get(key, ()):
+                if writer == reader:
+                    continue
+                if graph.layers[writer] < layer:
+                    wanted.setdefault(writer, []).append(key)
+                else:
+                    graph.unseen_reads.append((reader, writer, key))
+        for sid in sorted(read.step_ids):
+            if sid not in graph.steps or sid == reader:
+                continue
+            if graph.layers[sid] < layer:
+                wanted.setdefault(sid, []).append(f"steps.{sid}")
+            else:
+                graph.unseen_reads.append((reader, sid, f"steps.{sid}"))
+        for writer in sorted(wanted, key=graph.sort_key):
+            if writer not in known:
+                parents[reader].append(writer)
+                known |= {writer} | ancestors[writer]
+                graph.implicit_edges.append(ImplicitEdge(writer, reader, tuple(wanted[writer])))
+        ancestors[reader] = known
+    graph.parents = {sid: tuple(p) for sid, p in parents.items()}
+    graph.ancestors = {sid: tuple(sorted(a, key=graph.sort_key)) for sid, a in ancestors.items()}

@@ -1,0 +1,388 @@
+"""Workflow YAML → :class:`Workflow`, strictly: every problem names its file, line, key path and a fix.
+
+The happy path is fast (libyaml's C loader, one pydantic validation, one graph analysis); the
+line numbers of a broken file come from a second, node-level parse done only when there is an
+error to report.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from airflow_provider_agentloom.exceptions import ExpressionError, ValidationIssue, WorkflowValidationError
+from airflow_provider_agentloom.workflow.graph import GraphError, StepGraph, build_graph
+from airflow_provider_agentloom.workflow.models import (
+    STEP_MODELS,
+    RouterStep,
+    SubworkflowStep,
+    Workflow,
+)
+
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+Loc = tuple[str | int, ...]
+
+
+class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
+    """Safe loader that refuses duplicate mapping keys instead of silently keeping the last one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+
+def load_workflow(path: str | os.PathLike[str]) -> Workflow:
+    """Read and validate the workflow file at ``path``."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkflowValidationError([ValidationIssue(str(path), None, "", "file not found")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkflowValidationError([ValidationIssue(str(path), None, "", f"cannot read file: {exc}")]) from None
+    return parse_workflow_text(text, source=str(path))
+
+
+def parse_workflow_text(text: str, source: str = "<string>") -> Workflow:
+    """Validate workflow YAML ``text``; ``source`` names it in errors and resolves relative paths."""
+    data = _load_yaml(text, source)
+    return _Validator(text, source).validate(data)
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        detail = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        if str(exc.problem).startswith("found duplicate key"):
+            detail = f"{exc.problem}: YAML would silently keep only the last one"
+        raise WorkflowValidationError([ValidationIssue(source, line, "", f"YAML syntax error: {detail}")]) from None
+    except yaml.YAMLError as exc:
+        raise WorkflowValidationError([ValidationIssue(source, None, "", f"YAML error: {exc}")]) from None
+
+
+class _Validator:
+    """Validate one file's data, mapping every error back to its line."""
+
+    def __init__(self, text: str | None, source: str, stack: tuple[str, ...] = ()) -> None:
+        self.text = text
+        self.source = source
+        self.stack = stack
+        self._root: yaml.Node | None = None
+
+    def validate(self, data: Any, prefix: Loc = ()) -> Workflow:
+        if not isinstance(data, Mapping):
+            kind = "empty" if data is None else f"a {type(data).__name__}"
+            raise self.error(prefix, f"a workflow must be a mapping with 'name' and 'steps', got {kind}")
+        try:
+            workflow = Workflow.model_validate(data)
+        except ValidationError as exc:
+            issues = self._pydantic_issues(exc, data, prefix)
+            raise WorkflowValidationError(sorted(issues, key=lambda i: i.line or 0)) from None
+        workflow._source_path = self.source if prefix == () else None
+        workflow._source_text = self.text if prefix == () else None
+        issues = self._check_expressions(workflow, prefix)
+        issues += self._resolve_subworkflows(workflow, data, prefix)
+        if issues:
+            raise WorkflowValidationError(issues)
+        try:
+            graph = build_graph(workflow)
+        except GraphError as exc:
+            raise WorkflowValidationError(
+                [self.issue(prefix + _split_key_path(i.key_path), i.message, i.suggestion) for i in exc.issues]
+            ) from None
+        workflow._graph = graph
+        if workflow.config.strict_outputs:
+            from airflow_provider_agentloom.workflow.lint import output_collisions
+
+            collisions = output_collisions(workflow, graph)
+            if collisions:
+                raise WorkflowValidationError(
+                    [
+                        self.issue(
+                            prefix + ("steps", index_b, "output"),
+                            f"steps {a!r} and {b!r} may run at the same time and both write {key!r} "
+                            "(config.strict_outputs is on)",
+                        )
+                        for a, b, key, index_b in collisions
+                    ]
+                )
+        return workflow
+
+    # -- errors ------------------------------------------------------------------------------
+
+    def issue(self, loc: Loc, message: str, suggestion: str | None = None) -> ValidationIssue:
+        return ValidationIssue(self.source, self.line_of(loc), format_loc(loc), message, suggestion)
+
+    def error(self, loc: Loc, message: str, suggestion: str | None = None) -> WorkflowValidationError:
+        return WorkflowValidationError([self.issue(loc, message, suggestion)])
+
+    def line_of(self, loc: Loc) -> int | None:
+        if self.text is None:
+            return None
+        if self._root is None:
+            try:
+                self._root = yaml.compose(self.text, Loader=_BaseLoader)
+            except yaml.YAMLError:
+                return None
+        node = self._root
+        line = node.start_mark.line + 1 if node is not None else None
+        for part in loc:
+            if isinstance(node, yaml.MappingNode):
+                match = next((kv for kv in node.value if kv[0].value == str(part)), None)
+                if match is None:
+                    break
+                line, node = match[0].start_mark.line + 1, match[1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                break
+        return line
+
+    def _pydantic_issues(self, exc: ValidationError, data: Mapping[str, Any], prefix: Loc) -> list[ValidationIssue]:
+        issues: list[ValidationIssue] = []
+        seen: set[Loc] = set()
+        for err in exc.errors(include_url=False):
+            loc, models = _clean_loc(err["loc"], data)
+            kind = err["type"]
+            if kind == "literal_error" and isinstance(err.get("input"), dict):
+                continue  # the mapping form of a union (tool_choice: {name: x}) reports its own errors
+            key = loc if kind != "union_tag_invalid" else (*loc, "type")
+            if key in seen:
+                continue
+            seen.add(key)
+            message, suggestion = _describe(err, loc, models)
+            issues.append(self.issue(prefix + key, message + _step_hint(loc, data), suggestion))
+        return issues
+
+    # -- semantic checks -------------------------------------------------------------------------
+
+    def _check_expressions(self, workflow: Workflow, prefix: Loc) -> list[ValidationIssue]:
+        from airflow_provider_agentloom.workflow.expressions import compile_expression
+
+        issues = []
+        for index, step in enumerate(workflow.steps):
+            if isinstance(step, RouterStep):
+                for pos, condition in enumerate(step.conditions):
+                    try:
+                        compile_expression(condition.expression)
+                    except ExpressionError as exc:
+                        loc = (*prefix, "steps", index, "conditions", pos, "expression")
+                        issues.append(self.issue(loc, str(exc)))
+        return issues
+
+    def _resolve_subworkflows(self, workflow: Workflow, data: Mapping[str, Any], prefix: Loc) -> list[ValidationIssue]:
+        issues: list[ValidationIssue] = []
+        for index, step in enumerate(workflow.steps):
+            if not isinstance(step, SubworkflowStep):
+                continue
+            loc = (*prefix, "steps", index)
+            if (step.workflow_path is None) == (step.workflow_inline is None):
+                issues.append(self.issue(loc, "a subworkflow needs exactly one of workflow_path or workflow_inline"))
+                continue
+            try:
+                if step.workflow_inline is not None:
+                    step._child = self.validate(data["steps"][index]["workflow_inline"], (*loc, "workflow_inline"))
+                else:
+                    step._child = self._load_child(str(step.workflow_path), (*loc, "workflow_path"))
+            except WorkflowValidationError as exc:
+                issues.extend(exc.issues)
+        return issues
+
+    def _load_child(self, relative: str, loc: Loc) -> Workflow:
+        candidates = [Path(relative)] if os.path.isabs(relative) else []
+        if not candidates:
+            if self.source != "<string>":
+                candidates.append(Path(self.source).resolve().parent / relative)
+            candidates.append(Path.cwd() / relative)
+        path = next((c for c in candidates if c.is_file()), None)
+        if path is None:
+            looked = ", ".join(str(c) for c in candidates)
+            raise self.error(loc, f"workflow_path {relative!r} not found (looked in {looked})")
+        key = str(path.resolve())
+        if key in self.stack or key == str(Path(self.source).resolve()):
+            raise self.error(loc, f"workflow_path {relative!r} includes itself")
+        text = path.read_text(encoding="utf-8")
+        child = _Validator(text, str(path), (*self.stack, str(Path(self.source).resolve())))
+        return child.validate(_load_yaml(text, str(path)))
+
+
+def graph_of(workflow: Workflow) -> StepGraph:
+    """Return the analysed graph of ``workflow`` (built by the parser, or now)."""
+    graph = workflow._graph
+    if graph is None:
+        graph = build_graph(workflow)
+        workflow._graph = graph
+    return typing.cast(StepGraph, graph)
+
+
+# -- pydantic error helpers -------------------------------------------------------------------
+
+
+def format_loc(loc: Loc) -> str:
+    """Format a key path: ``config.sandbox.allowed_command``, ``steps[2].retry``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _split_key_path(path: str) -> Loc:
+    parts: list[str | int] = []
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
+        parts.append(int(index) if index else name)
+    return tuple(parts)
+
+
+def _clean_loc(raw: Sequence[str | int], data: Any) -> tuple[Loc, list[type[BaseModel] | None]]:
+    """Drop pydantic's union-member segments; return the key path and the model at each level."""
+    loc: list[str | int] = []
+    models: list[type[BaseModel] | None] = [Workflow]
+    node: Any = data
+    model: type[BaseModel] | None = Workflow
+    for part in raw:
+        if isinstance(part, str):
+            if not isinstance(node, Mapping):
+                continue  # a union member label below a scalar, such as "literal['auto', ...]"
+            if part not in node:
+                if node.get("type") == part and part in STEP_MODELS:
+                    model = models[-1] = STEP_MODELS[part]
+                    continue
+                if model is not None and part not in model.model_fields:
+                    continue  # a union member class name, such as "ToolChoiceByName"
+            model = _field_model(model, part)
+        loc.append(part)
+        models.append(model)
+        node = node.get(part) if isinstance(node, Mapping) else _item(node, part)
+    return tuple(loc), models
+
+
+def _item(node: Any, index: str | int) -> Any:
+    if isinstance(node, list) and isinstance(index, int) and index < len(node):
+        return node[index]
+    return None
+
+
+def _field_model(model: type[BaseModel] | None, name: str) -> type[BaseModel] | None:
+    """The single model a field holds (directly, in a list or as Optional), else None."""
+    field = model.model_fields.get(name) if model is not None else None
+    if field is None:
+        return None
+    found = _models_in(field.annotation)
+    return found[0] if len(found) == 1 else None
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in get_args(annotation):
+        for model in _models_in(arg):
+            if model not in found:
+                found.append(model)
+    return found
+
+
+def _describe(err: Any, loc: Loc, models: list[type[BaseModel] | None]) -> tuple[str, str | None]:
+    kind = err["type"]
+    parent = models[-2] if len(models) >= 2 else None
+    name = loc[-1] if loc else ""
+    if kind == "extra_forbidden":
+        fields = list(parent.model_fields) if parent is not None else []
+        where = _model_label(parent)
+        return f"unknown key {name!r}{where}", _closest(str(name), fields)
+    if kind == "missing":
+        return f"missing required key {name!r}", None
+    if kind == "union_tag_invalid":
+        got = err.get("ctx", {}).get("tag")
+        return f"unknown step type {got!r} (expected one of {', '.join(STEP_MODELS)})", _closest(
+            str(got), list(STEP_MODELS)
+        )
+    if kind == "union_tag_not_found":
+        return f"missing required key 'type' (one of {', '.join(STEP_MODELS)})", None
+    if kind == "literal_error":
+        expected = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        got = err.get("input")
+        return f"expected one of {', '.join(map(repr, expected))}, got {got!r}", _closest(str(got), expected)
+    message = str(err["msg"])
+    message = message[0].lower() + message[1:] if message else message
+    message = message.replace("input should be", "expected")
+    got = err.get("input")
+    if not isinstance(got, (dict, list)):
+        message += f", got {type(got).__name__} {got!r}"
+    return message, None
+
+
+def _model_label(model: type[BaseModel] | None) -> str:
+    labels = {
+        "WorkflowConfig": " in config",
+        "SandboxConfig": " in config.sandbox",
+        "AirflowConfig": " in config.airflow",
+        "RetryConfig": " in retry",
+        "WebhookConfig": " in notify",
+        "Attachment": " in an attachment",
+        "ThinkingConfig": " in thinking",
+        "Workflow": " at the top level",
+    }
+    if model is None:
+        return ""
+    if model.__name__ in labels:
+        return labels[model.__name__]
+    for step_type, step_model in STEP_MODELS.items():
+        if step_model is model:
+            return f" for a {step_type} step"
+    return ""
+
+
+def _step_hint(loc: Loc, data: Any) -> str:
+    if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+        steps = data.get("steps") if isinstance(data, Mapping) else None
+        if isinstance(steps, list) and loc[1] < len(steps) and isinstance(steps[loc[1]], Mapping):
+            step_id = steps[loc[1]].get("id")
+            if step_id is not None and loc[2:] != ("id",):
+                return f" (step {step_id!r})"
+    return ""
+
+
+def _closest(name: str, choices: Sequence[str]) -> str | None:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+class WorkflowParser:
+    """Upstream's parser API (``agentloom.core.parser.WorkflowParser``) over our strict loader."""
+
+    @staticmethod
+    def from_yaml(path_or_text: str | os.PathLike[str]) -> Workflow:
+        """Load a workflow from a file path, or from YAML text when no such file exists."""
+        candidate = os.fspath(path_or_text)
+        if "\n" not in candidate and len(candidate) < 4096 and Path(candidate).is_file():
+            return load_workflow(candidate)
+        return parse_workflow_text(candidate)
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Workflow:
+        """Validate an already-loaded mapping."""
+        return _Validator(None, source).validate(data)

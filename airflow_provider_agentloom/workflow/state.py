@@ -1,0 +1,93 @@
+"""The state a step reads: the initial state, run overrides, then earlier steps' outputs in upstream order."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow_provider_agentloom.exceptions import StepError
+from airflow_provider_agentloom.workflow.graph import StepGraph
+from airflow_provider_agentloom.workflow.templates import parse_path
+
+STEPS_KEY = "steps"
+
+
+class StateWriteError(StepError):
+    """Raised when an ``output`` path cannot be written (through a scalar, or a missing list index)."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message, retryable=retryable)
+
+
+def initial_state(workflow_state: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Return a private copy of the workflow's ``state:`` with run overrides (params, conf) applied."""
+    state = copy.deepcopy(dict(workflow_state))
+    if overrides:
+        state.update(copy.deepcopy(dict(overrides)))
+    return state
+
+
+def write_output(state: dict[str, Any], path: str, value: Any) -> None:
+    """Write ``value`` at the dotted ``path`` (``a``, ``a.b``, ``items[0]``), creating missing dicts."""
+    parts = parse_path(path) or [path]
+    target: Any = state
+    for pos, part in enumerate(parts[:-1]):
+        following = parts[pos + 1]
+        if isinstance(target, dict):
+            if part not in target or target[part] is None:
+                target[part] = [] if isinstance(following, int) else {}
+            target = target[part]
+        elif isinstance(target, list) and isinstance(part, int) and -len(target) <= part < len(target):
+            target = target[part]
+        else:
+            raise StateWriteError(f"cannot write output {path!r}: {part!r} is not a mapping or a valid index")
+    last = parts[-1]
+    if isinstance(target, dict):
+        target[last] = value
+    elif isinstance(target, list) and isinstance(last, int) and -len(target) <= last < len(target):
+        target[last] = value
+    else:
+        raise StateWriteError(f"cannot write output {path!r}: the parent is a {type(target).__name__}")
+
+
+def apply_step_result(state: dict[str, Any], step_id: str, output_path: str | None, value: Any) -> None:
+    """Apply a finished step's output: its ``output`` key and, when not None, ``steps.<id>``."""
+    if value is None:
+        if output_path:
+            write_output(state, output_path, None)
+        return
+    if output_path:
+        write_output(state, output_path, value)
+    steps = state.setdefault(STEPS_KEY, {})
+    if isinstance(steps, dict):
+        steps[step_id] = {"output": value, "status": "success"}
+
+
+def state_sources(graph: StepGraph, step_id: str) -> tuple[str, ...]:
+    """The ancestors whose outputs ``step_id`` can read, in upstream order (layer, then id).
+
+    Only the writers of what the step reads are needed (all ancestors for a whole-state reader),
+    so a step in a long chain pulls one upstream value, not every earlier one.
+    """
+    reads = graph.reads[step_id]
+    ancestors = graph.ancestors[step_id]
+    if reads.whole_state:
+        return ancestors
+    from airflow_provider_agentloom.workflow.graph import output_key
+
+    return tuple(
+        sid
+        for sid in ancestors
+        if sid in reads.step_ids or output_key(graph.steps[sid]) in reads.state_keys
+    )
+
+
+def rebuild_state(
+    base: Mapping[str, Any], results: Iterable[tuple[str, str | None, Any]]
+) -> dict[str, Any]:
+    """Apply ``(step_id, output_path, value)`` results in order on a copy of ``base``."""
+    state = copy.deepcopy(dict(base))
+    for step_id, output_path, value in results:
+        apply_step_result(state, step_id, output_path, copy.deepcopy(value))
+    return state
