@@ -1,0 +1,242 @@
+"""The four built-in tools, ``http_request``, ``shell_command``, ``file_read`` and ``file_write``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from airflow_provider_agentloom.tools._process import run_shell
+from airflow_provider_agentloom.tools.base import BaseTool, JSONSchema
+from airflow_provider_agentloom.tools.registry import ToolRegistry
+from airflow_provider_agentloom.tools.sandbox import StrPath, ToolSandbox
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FileReadTool",
+    "FileWriteTool",
+    "HttpRequestTool",
+    "ShellCommandTool",
+    "register_builtins",
+]
+
+HTTP_METHODS = ("GET", "POST", "PUT", "DELETE")
+#: The only variables a command gets with the sandbox enabled.
+SANDBOX_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
+DEFAULT_TIMEOUT = 30.0
+_PATH_HELP = "The file; relative paths start from the run directory."
+
+
+def _arguments(tool: str, given: Mapping[str, Any], schema: JSONSchema) -> dict[str, Any]:
+    """Check names: every required one present, no unknown one (a tool checks its own arguments)."""
+    known = schema["properties"]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise TypeError(f"{tool}: unexpected argument(s) {', '.join(map(repr, unknown))}")
+    missing = [name for name in schema.get("required", []) if given.get(name) is None]
+    if missing:
+        raise TypeError(f"{tool}: missing required argument(s) {', '.join(map(repr, missing))}")
+    return dict(given)
+
+
+def _string(tool: str, name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{tool}: {name!r} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _seconds(tool: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{tool}: 'timeout' must be a number of seconds, not {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{tool}: 'timeout' must be positive, got {value}")
+    return float(value)
+
+
+class _BuiltinTool(BaseTool):
+    """A built-in tool: holds the sandbox (or None: no limits) and the directory relative paths start in."""
+
+    def __init__(self, sandbox: ToolSandbox | None, base_dir: str) -> None:
+        self.sandbox = sandbox
+        self.base_dir = base_dir
+
+    def _path(self, path: str, *, writable: bool) -> Path:
+        if self.sandbox is not None and self.sandbox.enabled:
+            return self.sandbox.validate_path(path, writable=writable, tool_name=self.name)
+        return Path(os.path.abspath(os.path.join(self.base_dir, path)))
+
+
+class HttpRequestTool(_BuiltinTool):
+    """``http_request``: one HTTP request; any status is a result, redirects are not followed."""
+
+    name = "http_request"
+    description = "Make an HTTP request and return its status code, headers and body as text."
+    parameters_schema: JSONSchema = {
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "description": "The URL, http or https."},
+            "method": {"type": "string", "enum": list(HTTP_METHODS), "default": "GET"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "body": {"type": ["string", "object"], "description": "A string as is; a mapping as JSON."},
+            "timeout": {"type": "number", "default": DEFAULT_TIMEOUT, "description": "Seconds per phase."},
+        },
+        "required": ["url"],
+    }
+
+    async def execute(self, **kwargs: Any) -> Any:
+        args = _arguments(self.name, kwargs, self.parameters_schema)
+        url = _string(self.name, "url", args["url"])
+        method = _string(self.name, "method", args.get("method", "GET")).upper()
+        if method not in HTTP_METHODS:
+            raise ValueError(f"http_request: method {method!r} is not one of {', '.join(HTTP_METHODS)}")
+        headers = _headers(args.get("headers"))
+        body = args.get("body")
+        seconds = _seconds(self.name, args.get("timeout", DEFAULT_TIMEOUT))
+        request: dict[str, Any] = {"headers": headers}
+        if isinstance(body, Mapping):
+            request["json"] = dict(body)
+        elif isinstance(body, str):
+            request["content"] = body
+        elif body is not None:
+            raise TypeError(f"http_request: 'body' must be a string or a mapping, not {type(body).__name__}")
+        target = self.sandbox.validate_network(url) if self.sandbox is not None else None
+        # httpx loads on first use only, so registering the built-ins stays cheap.
+        from airflow_provider_agentloom.tools._transport import send
+
+        return await send(method, url, target=target, timeout=seconds, **request)
+
+
+def _headers(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"http_request: 'headers' must be a mapping, not {type(value).__name__}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+class ShellCommandTool(_BuiltinTool):
+    """``shell_command``: ``sh -c`` a command line; past ``timeout`` the whole process tree is killed."""
+
+    name = "shell_command"
+    description = "Run a command line with sh -c and return its exit code, stdout and stderr."
+    parameters_schema: JSONSchema = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The command line, run by sh -c."},
+            "timeout": {"type": "number", "default": DEFAULT_TIMEOUT, "description": "Seconds to run."},
+            "cwd": {"type": "string", "default": ".", "description": "Directory to run in."},
+        },
+        "required": ["command"],
+    }
+
+    async def execute(self, **kwargs: Any) -> Any:
+        args = _arguments(self.name, kwargs, self.parameters_schema)
+        command = _string(self.name, "command", args["command"])
+        seconds = _seconds(self.name, args.get("timeout", DEFAULT_TIMEOUT))
+        cwd = os.path.join(self.base_dir, _string(self.name, "cwd", args.get("cwd", ".")))
+        env: dict[str, str] | None = None
+        if self.sandbox is not None and self.sandbox.enabled:
+            self.sandbox.validate_command(command, cwd=cwd)
+            env = {k: os.environ[k] for k in SANDBOX_ENVIRONMENT if k in os.environ}
+        result = await run_shell(command, cwd=cwd, env=env, timeout=seconds)
+        stdout = result.stdout.decode("utf-8", errors="replace")
+        if result.timed_out:
+            return {"returncode": -1, "stdout": stdout, "stderr": "Command timed out"}
+        stderr = result.stderr.decode("utf-8", errors="replace")
+        return {"returncode": result.returncode, "stdout": stdout, "stderr": stderr}
+
+
+class FileReadTool(_BuiltinTool):
+    """``file_read``: the whole of a text file; a binary or missing file fails."""
+
+    name = "file_read"
+    description = "Read a text file and return its content."
+    parameters_schema: JSONSchema = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": _PATH_HELP},
+            "encoding": {"type": "string", "default": "utf-8"},
+        },
+        "required": ["path"],
+    }
+
+    async def execute(self, **kwargs: Any) -> Any:
+        args = _arguments(self.name, kwargs, self.parameters_schema)
+        path = self._path(_string(self.name, "path", args["path"]), writable=False)
+        encoding = _string(self.name, "encoding", args.get("encoding", "utf-8"))
+        return await anyio.to_thread.run_sync(_read_text, path, encoding)
+
+
+def _read_text(path: Path, encoding: str) -> str:
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise ValueError(f"file_read: {str(path)!r} is a binary file, not text")
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"file_read: {str(path)!r} is not {encoding} text: {exc}") from exc
+
+
+class FileWriteTool(_BuiltinTool):
+    """``file_write``: write a string, creating parent directories and replacing the file."""
+
+    name = "file_write"
+    description = "Write text to a file, creating parent directories; returns the bytes written."
+    parameters_schema: JSONSchema = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": _PATH_HELP},
+            "content": {"type": "string"},
+            "encoding": {"type": "string", "default": "utf-8"},
+        },
+        "required": ["path", "content"],
+    }
+
+    async def execute(self, **kwargs: Any) -> Any:
+        args = _arguments(self.name, kwargs, self.parameters_schema)
+        path_text = _string(self.name, "path", args["path"])
+        content = _string(self.name, "content", args["content"])
+        encoding = _string(self.name, "encoding", args.get("encoding", "utf-8"))
+        data = content.encode(encoding)
+        path = self._path(path_text, writable=True)
+        if self.sandbox is not None:
+            self.sandbox.validate_write_size(len(data), tool_name=self.name)
+        await anyio.to_thread.run_sync(_write_bytes, path, data)
+        return {"written": len(data), "path": str(path)}
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def register_builtins(
+    registry: ToolRegistry, sandbox: ToolSandbox | None = None, *, base_dir: StrPath | None = None
+) -> list[BaseTool]:
+    """Register the four built-in tools on ``registry``, checked against ``sandbox``; return them.
+
+    Without ``sandbox`` they run with no limits. Relative paths and ``cwd`` start from ``base_dir``,
+    which defaults to the sandbox's, or else to the current directory now.
+    """
+    if base_dir is not None:
+        directory = os.path.abspath(os.fspath(base_dir))
+        if sandbox is not None and directory != sandbox.base_dir:
+            raise ValueError(
+                f"base_dir {directory!r} differs from the sandbox's base_dir {sandbox.base_dir!r}"
+            )
+    else:
+        directory = sandbox.base_dir if sandbox is not None else os.getcwd()
+    tools: list[BaseTool] = [
+        HttpRequestTool(sandbox, directory),
+        ShellCommandTool(sandbox, directory),
+        FileReadTool(sandbox, directory),
+        FileWriteTool(sandbox, directory),
+    ]
+    for item in tools:
+        registry.register(item)
+    return tools

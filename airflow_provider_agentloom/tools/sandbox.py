@@ -1,0 +1,444 @@
+"""``ToolSandbox``: what the built-in tools may run, read, write and reach (seed page, "The sandbox")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_agentloom.exceptions import SandboxViolationError
+from airflow_provider_agentloom.tools._commands import (
+    INTERPRETERS_AND_LAUNCHERS,
+    find_expansion,
+    find_operator,
+    path_candidates,
+    split_words,
+)
+from airflow_provider_agentloom.tools._network import (
+    WEB_SCHEMES,
+    HostError,
+    NetworkTarget,
+    Resolver,
+    is_internal,
+    is_localhost_name,
+    normalize_host,
+    parse_ip,
+    split_url,
+    system_resolver,
+)
+from airflow_provider_agentloom.workflow.models import SandboxConfig
+
+__all__ = [
+    "NetworkTarget",
+    "Resolver",
+    "SandboxViolationError",
+    "ToolSandbox",
+    "combine_sandboxes",
+    "system_resolver",
+]
+
+StrPath = str | os.PathLike[str]
+
+
+def _violation(tool: str, reason: str) -> SandboxViolationError:
+    return SandboxViolationError(f"Sandbox violation ({tool}): {reason}")
+
+
+def _resolve(base_dir: str, path: str) -> str:
+    return os.path.realpath(os.path.join(base_dir, path))
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _is_under_any(path: str, roots: Iterable[str]) -> bool:
+    return any(_is_under(path, root) for root in roots)
+
+
+class ToolSandbox:
+    """The checks the built-in tools run before they act; a custom tool may call them too.
+
+    Takes exactly the fields of ``config.sandbox``, so ``ToolSandbox(**sandbox.model_dump())`` works.
+    Every refusal raises ``SandboxViolationError("Sandbox violation (<tool>): <reason>")``.
+
+    :param base_dir: the directory you run from: relative paths, ``cwd`` and the path lists start
+        there. Defaults to the current directory when the sandbox is built; the lists are resolved
+        (``..`` and symbolic links) at that moment.
+    :param resolver: turns a host name into IP addresses; defaults to the system resolver. Tests pass
+        their own so that no real DNS is used.
+    """
+
+    def __init__(
+        self,
+        *,
+        enabled: bool = False,
+        allowed_commands: Iterable[str] = (),
+        allowed_paths: Iterable[str] = (),
+        readable_paths: Iterable[str] = (),
+        writable_paths: Iterable[str] = (),
+        allow_network: bool = True,
+        allowed_domains: Iterable[str] = (),
+        allowed_schemes: Iterable[str] = WEB_SCHEMES,
+        max_write_bytes: int | None = None,
+        danger_opt_in: Iterable[str] = (),
+        allow_internal_webhook_targets: bool = False,
+        deny_internal_hosts: bool = False,
+        base_dir: StrPath | None = None,
+        resolver: Resolver | None = None,
+    ) -> None:
+        self.config = SandboxConfig(
+            enabled=enabled,
+            allowed_commands=list(allowed_commands),
+            allowed_paths=list(allowed_paths),
+            readable_paths=list(readable_paths),
+            writable_paths=list(writable_paths),
+            allow_network=allow_network,
+            allowed_domains=list(allowed_domains),
+            allowed_schemes=list(allowed_schemes),
+            max_write_bytes=max_write_bytes,
+            danger_opt_in=list(danger_opt_in),
+            allow_internal_webhook_targets=allow_internal_webhook_targets,
+            deny_internal_hosts=deny_internal_hosts,
+        )
+        self.base_dir = os.path.abspath(os.fspath(base_dir) if base_dir is not None else os.getcwd())
+        self.resolver: Resolver = resolver or system_resolver
+        cfg = self.config
+        allowed = tuple(_resolve(self.base_dir, p) for p in cfg.allowed_paths)
+        self.readable_dirs = allowed + tuple(_resolve(self.base_dir, p) for p in cfg.readable_paths)
+        self.writable_dirs = allowed + tuple(_resolve(self.base_dir, p) for p in cfg.writable_paths)
+        self._commands = frozenset(cfg.allowed_commands)
+        self._danger_opt_in = frozenset(cfg.danger_opt_in)
+        self._domains = frozenset(normalize_host(d) for d in cfg.allowed_domains)
+        # An empty allowed_schemes sets no limit (seed page, "Subworkflows"); only http(s) ever work.
+        self._schemes = frozenset(s.lower() for s in cfg.allowed_schemes) or frozenset(WEB_SCHEMES)
+
+    @classmethod
+    def from_config(
+        cls, config: SandboxConfig, *, base_dir: StrPath | None = None, resolver: Resolver | None = None
+    ) -> ToolSandbox:
+        """Build the sandbox of a workflow's ``config.sandbox`` block."""
+        return cls(**config.model_dump(), base_dir=base_dir, resolver=resolver)
+
+    @property
+    def enabled(self) -> bool:
+        """Return True when the checks are on (``enabled: true``)."""
+        return self.config.enabled
+
+    def __repr__(self) -> str:
+        return f"<ToolSandbox enabled={self.enabled} base_dir={self.base_dir!r}>"
+
+    # ------------------------------------------------------------------ files
+
+    def validate_path(self, path: StrPath, writable: bool = False, tool_name: str = "file_read") -> Path:
+        """Check that ``path`` may be read (or written) and return it resolved from ``base_dir``.
+
+        With the sandbox enabled the path is resolved (``..`` and symbolic links) before the check:
+        reads must land under ``allowed_paths`` or ``readable_paths``, writes under ``allowed_paths``
+        or ``writable_paths``; with no path lists nothing may be read or written.
+        """
+        text = self._path_text(path, tool_name)
+        if not self.enabled:
+            return Path(os.path.abspath(os.path.join(self.base_dir, text)))
+        resolved = _resolve(self.base_dir, text)
+        if not (self.readable_dirs or self.writable_dirs):
+            raise _violation(
+                tool_name, "no allowed_paths, readable_paths or writable_paths are set: no file access"
+            )
+        roots = self.writable_dirs if writable else self.readable_dirs
+        if not _is_under_any(resolved, roots):
+            kind = "writable" if writable else "readable"
+            where = repr(text) if resolved == text else f"{text!r} (resolved: {resolved!r})"
+            hint = ""
+            if not writable and _is_under_any(resolved, self.writable_dirs):
+                hint = "; that directory is only writable"
+            raise _violation(tool_name, f"path {where} is outside the {kind} directories{hint}")
+        return Path(resolved)
+
+    def validate_write_size(self, size: int, tool_name: str = "file_write") -> None:
+        """Check an encoded size against ``max_write_bytes``."""
+        limit = self.config.max_write_bytes
+        if self.enabled and limit is not None and size > limit:
+            raise _violation(tool_name, f"writing {size} bytes exceeds max_write_bytes ({limit})")
+
+    @staticmethod
+    def _path_text(path: object, tool_name: str) -> str:
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
+        if not isinstance(path, str):
+            raise _violation(tool_name, f"path must be a string, not {type(path).__name__}")
+        if "\x00" in path:
+            raise _violation(tool_name, "path contains a NUL character")
+        return path
+
+    # --------------------------------------------------------------- commands
+
+    def validate_command(self, command: str, cwd: StrPath = ".") -> None:
+        """Check a ``shell_command`` call, in the seed page's order.
+
+        1. the directory; 2. shell operators; 3. shell expansion; 4. the program;
+        5. interpreters and launchers; 6. path arguments.
+        """
+        tool = "shell_command"
+        if not self.enabled:
+            return
+        if not isinstance(command, str):
+            raise _violation(tool, f"command must be a string, not {type(command).__name__}")
+        directory = self._check_directory(cwd)
+        self._check_syntax(command)
+        try:
+            words = split_words(command)
+        except ValueError as exc:
+            raise _violation(tool, f"the command cannot be parsed: {exc}") from None
+        if not words:
+            raise _violation(tool, "the command is empty: there is no program to run")
+        self._check_program(words[0], directory)
+        self._check_path_arguments(words[1:], directory)
+
+    def _check_directory(self, cwd: StrPath) -> str:
+        # Rule 1: cwd under allowed_paths or readable_paths (writable_paths alone does not do).
+        text = self._path_text(cwd, "shell_command")
+        directory = _resolve(self.base_dir, text)
+        if not _is_under_any(directory, self.readable_dirs):
+            raise _violation(
+                "shell_command",
+                f"the working directory {directory!r} is outside allowed_paths and readable_paths",
+            )
+        return directory
+
+    @staticmethod
+    def _check_syntax(command: str) -> None:
+        if "\x00" in command:
+            raise _violation("shell_command", "the command contains a NUL character")
+        operator = find_operator(command)
+        if operator is not None:
+            raise _violation("shell_command", f"shell operator {operator} is not allowed")
+        expansion = find_expansion(command)
+        if expansion is not None:
+            raise _violation("shell_command", f"shell expansion {expansion} is not allowed")
+
+    def _check_program(self, word: str, directory: str) -> None:
+        # Rule 4: the file name must be listed (matching case); a path must be the PATH's file.
+        name = os.path.basename(word)
+        if name not in self._commands:
+            raise _violation("shell_command", f"command {name!r} is not in allowed_commands")
+        if "/" in word:
+            found = shutil.which(name, path=os.environ.get("PATH", os.defpath))
+            given = _resolve(directory, word)
+            if found is None or os.path.realpath(found) != given:
+                raise _violation(
+                    "shell_command", f"{word!r} is not the {name!r} found on PATH ({found or 'none found'})"
+                )
+        # Rule 5: interpreters and launchers need danger_opt_in, one by one.
+        if name.lower() in INTERPRETERS_AND_LAUNCHERS and name not in self._danger_opt_in:
+            raise _violation(
+                "shell_command",
+                f"{name!r} is an interpreter or launcher that can run anything: "
+                "it must be listed in danger_opt_in too",
+            )
+
+    def _check_path_arguments(self, words: list[str], directory: str) -> None:
+        # Rule 6. Reaching it means cwd passed rule 1, so at least one path list is set.
+        roots = self.readable_dirs + self.writable_dirs
+        for word in words:
+            for candidate in path_candidates(word):
+                full = os.path.join(directory, candidate)
+                if candidate not in (".", "..") and "/" not in candidate and not os.path.islink(full):
+                    continue
+                resolved = os.path.realpath(full)
+                if not _is_under_any(resolved, roots):
+                    raise _violation(
+                        "shell_command",
+                        f"path argument {candidate!r} resolves to {resolved!r}, outside "
+                        "allowed_paths, readable_paths and writable_paths",
+                    )
+
+    # ---------------------------------------------------------------- network
+
+    def validate_network(self, url: str) -> NetworkTarget:
+        """Check an ``http_request`` URL and return where the request may connect.
+
+        With the sandbox disabled nothing is checked and the target is not pinned. Enabled:
+        ``allow_network``, ``allowed_schemes``, ``allowed_domains`` (exact, any case), then internal
+        addresses, refused without ``allowed_domains`` (or with ``deny_internal_hosts``). A host name
+        is resolved once and every address checked; connect to ``addresses`` and nothing else.
+        """
+        tool = "http_request"
+        if not self.enabled:
+            return _unchecked_target(url)
+        if not self.config.allow_network:
+            raise _violation(tool, "network access is disabled (allow_network: false)")
+        internal_ok = bool(self._domains) and not self.config.deny_internal_hosts
+        return self._check_url(url, tool, self._schemes, self._domains, internal_ok=internal_ok)
+
+    def validate_webhook_url(self, url: str) -> NetworkTarget:
+        """Check an approval gate's webhook URL; applies whether or not the sandbox is enabled.
+
+        Internal addresses are refused unless ``allow_internal_webhook_targets``; with the sandbox
+        enabled ``allow_network``, ``allowed_schemes`` and ``allowed_domains`` apply too.
+        """
+        tool = "webhook"
+        internal_ok = self.config.allow_internal_webhook_targets
+        if not self.enabled:
+            return self._check_url(url, tool, frozenset(WEB_SCHEMES), frozenset(), internal_ok=internal_ok)
+        if not self.config.allow_network:
+            raise _violation(tool, "network access is disabled (allow_network: false)")
+        return self._check_url(url, tool, self._schemes, self._domains, internal_ok=internal_ok)
+
+    def validate_attachment_url(self, url: str) -> NetworkTarget:
+        """Check an attachment download: ``allow_network``, ``allowed_domains``, no internal addresses.
+
+        Applies whether or not the sandbox is enabled.
+        """
+        tool = "attachment"
+        if not self.config.allow_network:
+            raise _violation(tool, "network access is disabled (allow_network: false)")
+        return self._check_url(url, tool, frozenset(WEB_SCHEMES), self._domains, internal_ok=False)
+
+    def _split(self, url: object, tool: str) -> tuple[str, str, int]:
+        if not isinstance(url, str):
+            raise _violation(tool, f"url must be a string, not {type(url).__name__}")
+        try:
+            return split_url(url)
+        except HostError as exc:
+            raise _violation(tool, str(exc)) from None
+
+    def _check_url(
+        self,
+        url: str,
+        tool: str,
+        schemes: frozenset[str],
+        domains: frozenset[str],
+        *,
+        internal_ok: bool,
+    ) -> NetworkTarget:
+        scheme, host, port = self._split(url, tool)
+        if scheme not in schemes:
+            raise _violation(tool, f"scheme {scheme!r} is not in allowed_schemes")
+        if scheme not in WEB_SCHEMES:
+            raise _violation(tool, f"scheme {scheme!r} is not supported: only http and https")
+        if domains and host not in domains:
+            raise _violation(tool, f"host {host!r} is not in allowed_domains")
+        addresses = self._checked_addresses(host, port, tool, internal_ok=internal_ok)
+        return NetworkTarget(url=url, scheme=scheme, host=host, port=port, addresses=addresses)
+
+    def _checked_addresses(self, host: str, port: int, tool: str, *, internal_ok: bool) -> tuple[str, ...]:
+        literal = parse_ip(host)
+        if literal is not None:
+            if not internal_ok and is_internal(literal):
+                raise _violation(tool, f"host {host!r} is an internal address ({literal})")
+            return (str(literal),)
+        if not internal_ok and is_localhost_name(host):
+            raise _violation(tool, f"host {host!r} is an internal address")
+        found = self._resolve_host(host, port, tool)
+        for address in found:
+            parsed = parse_ip(address)
+            if parsed is None:
+                raise _violation(tool, f"host {host!r} resolved to {address!r}, which is not an IP address")
+            if not internal_ok and is_internal(parsed):
+                raise _violation(tool, f"host {host!r} resolves to the internal address {address}")
+        return found
+
+    def _resolve_host(self, host: str, port: int, tool: str) -> tuple[str, ...]:
+        try:
+            found = tuple(dict.fromkeys(str(a) for a in self.resolver(host, port)))
+        except (OSError, UnicodeError) as exc:
+            raise _violation(tool, f"host {host!r} does not resolve ({exc})") from None
+        if not found:
+            raise _violation(tool, f"host {host!r} does not resolve")
+        return found
+
+
+def _unchecked_target(url: str) -> NetworkTarget:
+    """Describe a URL the sandbox does not check (disabled): nothing pinned, nothing refused."""
+    try:
+        scheme, host, port = split_url(url)
+    except (HostError, TypeError, AttributeError):
+        return NetworkTarget(url=url, scheme="", host="", port=0)
+    return NetworkTarget(url=url, scheme=scheme, host=host, port=port)
+
+
+def combine_sandboxes(
+    parent: SandboxConfig, child: SandboxConfig, *, base_dir: StrPath | None = None
+) -> SandboxConfig:
+    """Return the sandbox a subworkflow runs under (seed page, "Subworkflows").
+
+    One side disabled: the enabled side's block (both disabled: the child's own). Both enabled:
+    what both allow. Paths are resolved from ``base_dir`` (default: the current directory), so the
+    result lists absolute paths.
+    """
+    if not parent.enabled:
+        return child.model_copy(deep=True)
+    if not child.enabled:
+        return parent.model_copy(deep=True)
+    base = os.path.abspath(os.fspath(base_dir) if base_dir is not None else os.getcwd())
+    readable = _intersect_dirs(_read_dirs(parent, base), _read_dirs(child, base))
+    writable = _intersect_dirs(_write_dirs(parent, base), _write_dirs(child, base))
+    both = [d for d in readable if d in writable]
+    fields: dict[str, Any] = {
+        "enabled": True,
+        "allowed_commands": [c for c in parent.allowed_commands if c in child.allowed_commands],
+        "danger_opt_in": [c for c in parent.danger_opt_in if c in child.danger_opt_in],
+        "allowed_paths": both,
+        "readable_paths": [d for d in readable if d not in both],
+        "writable_paths": [d for d in writable if d not in both],
+        "allow_network": parent.allow_network and child.allow_network,
+        "allow_internal_webhook_targets": (
+            parent.allow_internal_webhook_targets and child.allow_internal_webhook_targets
+        ),
+        # A parent without allowed_domains refuses internal addresses: a child's list can't open them.
+        "deny_internal_hosts": (
+            parent.deny_internal_hosts
+            or child.deny_internal_hosts
+            or (not parent.allowed_domains and bool(child.allowed_domains))
+        ),
+        "max_write_bytes": _smaller(parent.max_write_bytes, child.max_write_bytes),
+    }
+    for key, normalise in (("allowed_domains", normalize_host), ("allowed_schemes", str.lower)):
+        shared = _intersect_lists(getattr(parent, key), getattr(child, key), normalise)
+        if shared is None:
+            # Two lists with nothing in common refuse every request.
+            fields["allow_network"] = False
+            shared = []
+        fields[key] = shared
+    return SandboxConfig(**fields)
+
+
+def _read_dirs(config: SandboxConfig, base: str) -> list[str]:
+    return [_resolve(base, p) for p in [*config.allowed_paths, *config.readable_paths]]
+
+
+def _write_dirs(config: SandboxConfig, base: str) -> list[str]:
+    return [_resolve(base, p) for p in [*config.allowed_paths, *config.writable_paths]]
+
+
+def _intersect_dirs(first: list[str], second: list[str]) -> list[str]:
+    """Directories under both lists: of two nested directories the deeper one; outermost kept."""
+    found: list[str] = []
+    for a in first:
+        for b in second:
+            deeper = a if _is_under(a, b) else b if _is_under(b, a) else None
+            if deeper is not None and deeper not in found:
+                found.append(deeper)
+    return [d for d in found if not any(o != d and _is_under(d, o) for o in found)]
+
+
+def _intersect_lists(
+    first: list[str], second: list[str], normalise: Callable[[str], str]
+) -> list[str] | None:
+    """Entries on both lists; one empty list sets no limit; None when nothing is shared."""
+    if not first or not second:
+        return list(first or second)
+    keys = {normalise(entry) for entry in second}
+    shared = [entry for entry in first if normalise(entry) in keys]
+    return shared or None
+
+
+def _smaller(first: int | None, second: int | None) -> int | None:
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return min(first, second)
