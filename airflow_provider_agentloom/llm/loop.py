@@ -1,0 +1,264 @@
+"""The model↔tool loop of ``llm_call`` steps with tools and of ``agent`` steps; their tool declarations."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from airflow_provider_agentloom.exceptions import ToolNotFoundError
+from airflow_provider_agentloom.llm.base import OnChunk
+from airflow_provider_agentloom.llm.gateway import ToolCallRecorder
+from airflow_provider_agentloom.llm.types import (
+    ChatRequest,
+    ChatResponse,
+    Message,
+    RecordedToolResult,
+    TokenUsage,
+    ToolCall,
+    ToolCallRecord,
+    ToolSpec,
+)
+from airflow_provider_agentloom.tools.registry import ToolRegistry
+from airflow_provider_agentloom.workflow.models import ToolDefinition
+
+__all__ = [
+    "ChatClient",
+    "ExecuteTool",
+    "LoopResult",
+    "OnToolCall",
+    "registry_executor",
+    "run_tool_loop",
+    "tool_specs_for_agent",
+    "tool_specs_for_llm_call",
+]
+
+ExecuteTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
+"""Runs one tool by name with the model's arguments and returns its value (or raises)."""
+
+OnToolCall = Callable[[ToolCallRecord], Awaitable[None] | None]
+"""Called once per finished tool call, in the order the model asked for them."""
+
+
+class ChatClient(Protocol):
+    """What the loop needs: a ``ProviderGateway`` or any single provider."""
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """Send one request."""
+        ...
+
+    async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse:
+        """Send one request, streaming."""
+        ...
+
+
+class LoopResult(BaseModel):
+    """The outcome of ``run_tool_loop``.
+
+    ``response`` is the model's last reply; ``usage`` and ``cost_usd`` are summed over every turn;
+    ``finish_reason`` is the last reply's, or ``max_tool_iterations`` when the cap ended the loop;
+    ``messages`` is the whole conversation, tool results included.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    response: ChatResponse
+    turns: int
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    cost_usd: float = 0.0
+    finish_reason: str = "stop"
+    messages: list[Message] = Field(default_factory=list)
+
+    @property
+    def content(self) -> str:
+        """Return the text of the last reply: the step's output."""
+        return self.response.content
+
+
+async def run_tool_loop(
+    client: ChatClient,
+    request: ChatRequest,
+    execute_tool: ExecuteTool,
+    max_iterations: int = 5,
+    *,
+    replayed_tool_results: Mapping[str, RecordedToolResult] | None = None,
+    on_tool_call: OnToolCall | None = None,
+    on_chunk: OnChunk | None = None,
+) -> LoopResult:
+    """Call the model, run the tools it asks for, send their results back, until it answers without tools.
+
+    ``max_iterations`` caps the rounds of tool calls: the model is called at most
+    ``max_iterations + 1`` times. A reply that still asks for tools after the last round ends the
+    loop with ``finish_reason = "max_tool_iterations"``; its tool calls are not run (nobody would
+    read their results).
+
+    The calls of one reply run concurrently. Any exception a tool raises (a sandbox refusal, an
+    unknown tool, a dropped connection) goes back to the model as ``Error: <message>`` and the loop
+    goes on; results are JSON-encoded unless they are strings.
+
+    Replay: a call whose id has a recorded result — in the reply itself
+    (``ChatResponse.recorded_tool_results``, filled by the mock) or in ``replayed_tool_results`` —
+    is not run; the recorded result or error is used and the record says ``replayed``. After each
+    round every record goes to ``on_tool_call`` and, when ``client`` has ``record_tool_call`` (the
+    gateway, a ``RecordingProvider``), to it, which is how ``record_tools`` recordings get them.
+
+    :param client: a ``ProviderGateway`` or a provider.
+    :param request: the first request, with the tool declarations.
+    :param execute_tool: runs a tool: ``await execute_tool(name, arguments)``.
+    :param max_iterations: rounds of tool calls allowed (≥ 1).
+    :param replayed_tool_results: recorded results by tool-call id.
+    :param on_tool_call: receives each finished call.
+    :param on_chunk: when given, every turn is streamed and its text chunks go here.
+    """
+    if max_iterations < 1:
+        raise ValueError("max_iterations must be at least 1")
+    messages = list(request.messages)
+    records: list[ToolCallRecord] = []
+    usage = TokenUsage()
+    cost = 0.0
+    turns = 0
+    rounds = 0
+    while True:
+        turn = request.model_copy(update={"messages": list(messages)})
+        response = await (client.stream(turn, on_chunk) if on_chunk is not None else client.complete(turn))
+        turns += 1
+        usage = usage + response.usage
+        cost += response.cost_usd
+        messages.append(response.to_message())
+        if not response.tool_calls:
+            finish_reason = response.finish_reason
+            break
+        if rounds >= max_iterations:
+            finish_reason = "max_tool_iterations"
+            break
+        rounds += 1
+        batch = await _run_calls(response, execute_tool, replayed_tool_results or {})
+        for call, record in zip(response.tool_calls, batch, strict=True):
+            messages.append(
+                Message.tool_result(call, record.content_for_model(), is_error=record.error is not None)
+            )
+        records.extend(batch)
+        await _notify(client, batch, on_tool_call)
+    return LoopResult(
+        response=response,
+        turns=turns,
+        tool_calls=records,
+        usage=usage,
+        cost_usd=cost,
+        finish_reason=finish_reason,
+        messages=messages,
+    )
+
+
+async def _run_calls(
+    response: ChatResponse, execute_tool: ExecuteTool, replayed: Mapping[str, RecordedToolResult]
+) -> list[ToolCallRecord]:
+    results: list[ToolCallRecord | None] = [None] * len(response.tool_calls)
+
+    async def run(index: int, call: ToolCall) -> None:
+        recorded = response.recorded_tool_results.get(call.id) or replayed.get(call.id)
+        if recorded is not None:
+            results[index] = ToolCallRecord(
+                id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                result=recorded.result,
+                error=recorded.error,
+                replayed=True,
+            )
+            return
+        started = time.perf_counter()
+        result: Any = None
+        error: str | None = None
+        if call.parse_error is not None:
+            error = f"Error: the arguments of tool {call.name!r} could not be read: {call.parse_error}"
+        else:
+            try:
+                result = await execute_tool(call.name, dict(call.arguments))
+            except Exception as exc:  # every tool failure goes back to the model (seed page)
+                error = f"Error: {exc}" if str(exc) else f"Error: {type(exc).__name__}"
+        results[index] = ToolCallRecord(
+            id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            result=result,
+            error=error,
+            duration_ms=(time.perf_counter() - started) * 1000.0,
+        )
+
+    async with anyio.create_task_group() as group:
+        for index, call in enumerate(response.tool_calls):
+            group.start_soon(run, index, call)
+    return [r for r in results if r is not None]
+
+
+async def _notify(client: ChatClient, batch: list[ToolCallRecord], on_tool_call: OnToolCall | None) -> None:
+    for record in batch:
+        if isinstance(client, ToolCallRecorder):
+            await client.record_tool_call(record)
+        if on_tool_call is not None:
+            outcome = on_tool_call(record)
+            if outcome is not None:
+                await outcome
+
+
+def tool_specs_for_llm_call(
+    declared: Iterable[ToolDefinition | ToolSpec], registry: ToolRegistry | None = None
+) -> list[ToolSpec]:
+    """Return the declarations an ``llm_call`` sends: each tool as written in the step.
+
+    A tool declared without ``parameters`` gets the registered tool's own schema, and one without a
+    description the registered tool's description (seed page, "Declaring them to a model"); an
+    unregistered tool keeps what was written (an empty object schema if nothing).
+    """
+    specs: list[ToolSpec] = []
+    for item in declared:
+        tool = registry.get(item.name) if registry is not None else None
+        parameters = item.parameters or (dict(tool.parameters_schema) if tool is not None else {})
+        description = item.description or (tool.description if tool is not None else "")
+        specs.append(
+            ToolSpec(
+                name=item.name,
+                description=description,
+                parameters=parameters or {"type": "object", "properties": {}},
+            )
+        )
+    return specs
+
+
+def tool_specs_for_agent(names: Iterable[str], registry: ToolRegistry) -> list[ToolSpec]:
+    """Return the declarations an ``agent`` sends: each named tool's own description and parameters.
+
+    Raises ``ToolNotFoundError`` (not retryable) naming the first tool that is not registered.
+    """
+    specs: list[ToolSpec] = []
+    for name in names:
+        tool = registry.get(name)
+        if tool is None:
+            raise ToolNotFoundError(
+                f"Agent tool {name!r} is not registered (registered: {', '.join(registry.names())})"
+            )
+        specs.append(
+            ToolSpec(
+                name=tool.name,
+                description=tool.description,
+                parameters=dict(tool.parameters_schema) or {"type": "object", "properties": {}},
+            )
+        )
+    return specs
+
+
+def registry_executor(registry: ToolRegistry) -> ExecuteTool:
+    """Return an ``execute_tool`` that runs registered tools; an unknown name raises ``ToolNotFoundError``."""
+
+    async def execute(name: str, arguments: dict[str, Any]) -> Any:
+        tool = registry.get(name)
+        if tool is None:
+            raise ToolNotFoundError(f"Tool {name!r} is not registered")
+        return await tool.execute(**arguments)
+
+    return execute
