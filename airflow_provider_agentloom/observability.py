@@ -86,7 +86,11 @@ def record_tool_call(tool_name: str, duration_s: float, success: bool) -> None:
 
 
 class ToolCallRecord:
-    """What ``tool_span`` yields: set ``success`` (and optionally ``error``) before the block ends."""
+    """What ``tool_span`` yields: set ``success`` before the block ends.
+
+    Set ``error`` to the tool's own exception when the block raises another one in its place, so the
+    span names the real cause.
+    """
 
     def __init__(self, span: Span) -> None:
         self.span = span
@@ -114,7 +118,8 @@ def tool_span(tool_name: str, **attributes: Any) -> Iterator[ToolCallRecord]:
             yield record
         except BaseException as exc:
             record.success = False
-            record.error = exc
+            if record.error is None:
+                record.error = exc
             raise
         finally:
             duration = time.perf_counter() - start

@@ -61,7 +61,7 @@ def find_expansion(command: str) -> str | None:
             return repr(character)
     brace = _BRACE_LIST.search(command)
     if brace is not None:
-        return f"the brace list {brace.group(0)!r}"
+        return f"brace list {brace.group(0)!r}"
     if _TILDE.search(command):
         return "'~' at the start of a word"
     return None

@@ -63,6 +63,14 @@ def system_resolver(host: str, port: int) -> list[str]:
     return found
 
 
+def scheme_of(url: str) -> str:
+    """Return the lower-cased scheme of ``url`` (empty when it has none); raise ``HostError``."""
+    try:
+        return urllib.parse.urlsplit(url).scheme.lower()
+    except ValueError as exc:
+        raise HostError(f"invalid URL {url!r}: {exc}") from exc
+
+
 def split_url(url: str) -> tuple[str, str, int]:
     """Return ``(scheme, normalised host, port)`` of ``url``; raise ``HostError`` when it has none."""
     try:

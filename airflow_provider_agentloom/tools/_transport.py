@@ -237,8 +237,13 @@ async def send(
     ``timeout`` applies to each phase (connect, write, read). Response headers whose names contain
     ``authorization``, ``cookie``, ``token``, ``secret`` or ``key`` are left out.
     """
-    async with client_for(target, timeout=httpx.Timeout(timeout)) as client:
-        response = await client.request(method, url, headers=headers, json=json, content=content)
+    try:
+        async with client_for(target, timeout=httpx.Timeout(timeout)) as client:
+            response = await client.request(method, url, headers=headers, json=json, content=content)
+    except httpx.TimeoutException as exc:
+        raise TimeoutError(f"{type(exc).__name__}: a phase of the request took over {timeout:g} s") from exc
+    except httpx.HTTPError as exc:
+        raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
     return {
         "status_code": response.status_code,
         "headers": visible_headers(response.headers),

@@ -31,6 +31,7 @@ async def invoke_tool(registry: ToolRegistry, name: str, arguments: Mapping[str,
         except AgentLoomError:
             raise
         except Exception as exc:
+            record.error = exc
             message = str(exc) or type(exc).__name__
             raise ToolError(f"Tool '{name}' failed: {message}") from exc
         record.success = True

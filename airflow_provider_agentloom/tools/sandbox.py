@@ -25,6 +25,7 @@ from airflow_provider_agentloom.tools._network import (
     is_localhost_name,
     normalize_host,
     parse_ip,
+    scheme_of,
     split_url,
     system_resolver,
 )
@@ -297,10 +298,17 @@ class ToolSandbox:
             raise _violation(tool, "network access is disabled (allow_network: false)")
         return self._check_url(url, tool, frozenset(WEB_SCHEMES), self._domains, internal_ok=False)
 
-    def _split(self, url: object, tool: str) -> tuple[str, str, int]:
+    @staticmethod
+    def _split(url: object, tool: str, schemes: frozenset[str]) -> tuple[str, str, int]:
+        """Check the scheme, then read the host and port (the page's order)."""
         if not isinstance(url, str):
             raise _violation(tool, f"url must be a string, not {type(url).__name__}")
         try:
+            scheme = scheme_of(url)
+            if scheme not in schemes:
+                raise _violation(tool, f"scheme {scheme!r} is not in allowed_schemes")
+            if scheme not in WEB_SCHEMES:
+                raise _violation(tool, f"scheme {scheme!r} is not supported: only http and https")
             return split_url(url)
         except HostError as exc:
             raise _violation(tool, str(exc)) from None
@@ -314,11 +322,7 @@ class ToolSandbox:
         *,
         internal_ok: bool,
     ) -> NetworkTarget:
-        scheme, host, port = self._split(url, tool)
-        if scheme not in schemes:
-            raise _violation(tool, f"scheme {scheme!r} is not in allowed_schemes")
-        if scheme not in WEB_SCHEMES:
-            raise _violation(tool, f"scheme {scheme!r} is not supported: only http and https")
+        scheme, host, port = self._split(url, tool, schemes)
         if domains and host not in domains:
             raise _violation(tool, f"host {host!r} is not in allowed_domains")
         addresses = self._checked_addresses(host, port, tool, internal_ok=internal_ok)
