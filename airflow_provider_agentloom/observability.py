@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +32,7 @@ TOOL_CALL_DURATION_SECONDS = "agentloom_tool_call_duration_seconds"
 
 _providers: dict[str, Any] = {"tracer": None, "meter": None}
 _instruments: dict[str, Any] = {}
+_lock = threading.Lock()
 
 
 def configure(
@@ -41,9 +43,10 @@ def configure(
     Applications normally configure the global providers and never call this; tests call it to
     capture telemetry without touching the global state.
     """
-    _providers["tracer"] = tracer_provider
-    _providers["meter"] = meter_provider
-    _instruments.clear()
+    with _lock:
+        _providers["tracer"] = tracer_provider
+        _providers["meter"] = meter_provider
+        _instruments.clear()
 
 
 def get_tracer() -> Tracer:
@@ -58,19 +61,21 @@ def get_meter() -> Meter:
 
 def counter(name: str, description: str = "", unit: str = "1") -> Counter:
     """Return the counter called ``name``, created once per configured meter."""
-    key = f"counter:{name}"
-    if key not in _instruments:
-        _instruments[key] = get_meter().create_counter(name, unit=unit, description=description)
-    instrument: Counter = _instruments[key]
+    with _lock:
+        key = f"counter:{name}"
+        if key not in _instruments:
+            _instruments[key] = get_meter().create_counter(name, unit=unit, description=description)
+        instrument: Counter = _instruments[key]
     return instrument
 
 
 def histogram(name: str, description: str = "", unit: str = "s") -> Histogram:
     """Return the histogram called ``name``, created once per configured meter."""
-    key = f"histogram:{name}"
-    if key not in _instruments:
-        _instruments[key] = get_meter().create_histogram(name, unit=unit, description=description)
-    instrument: Histogram = _instruments[key]
+    with _lock:
+        key = f"histogram:{name}"
+        if key not in _instruments:
+            _instruments[key] = get_meter().create_histogram(name, unit=unit, description=description)
+        instrument: Histogram = _instruments[key]
     return instrument
 
 

@@ -94,7 +94,7 @@ def normalize_host(raw: str) -> str:
     a non-ASCII name is IDNA-encoded. Raise ``HostError`` for anything that is not a host name or an
     IP address.
     """
-    host = urllib.parse.unquote(raw).strip()
+    host = urllib.parse.unquote(raw)
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     host = host.rstrip(".").lower()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -42,6 +43,8 @@ __all__ = [
 
 StrPath = str | os.PathLike[str]
 
+log = logging.getLogger(__name__)
+
 
 def _violation(tool: str, reason: str) -> SandboxViolationError:
     return SandboxViolationError(f"Sandbox violation ({tool}): {reason}")
@@ -49,6 +52,15 @@ def _violation(tool: str, reason: str) -> SandboxViolationError:
 
 def _resolve(base_dir: str, path: str) -> str:
     return os.path.realpath(os.path.join(base_dir, path))
+
+
+def _domain_entry(entry: str) -> str:
+    """Normalise an ``allowed_domains`` entry; one that is no host name (``*.example.com``) matches nothing."""
+    try:
+        return normalize_host(entry)
+    except HostError:
+        log.warning("allowed_domains entry %r is not a host name and matches no host", entry)
+        return entry
 
 
 def _is_under(path: str, root: str) -> bool:
@@ -112,7 +124,7 @@ class ToolSandbox:
         self.writable_dirs = allowed + tuple(_resolve(self.base_dir, p) for p in cfg.writable_paths)
         self._commands = frozenset(cfg.allowed_commands)
         self._danger_opt_in = frozenset(cfg.danger_opt_in)
-        self._domains = frozenset(normalize_host(d) for d in cfg.allowed_domains)
+        self._domains = frozenset(_domain_entry(d) for d in cfg.allowed_domains)
         # An empty allowed_schemes sets no limit (seed page, "Subworkflows"); only http(s) ever work.
         self._schemes = frozenset(s.lower() for s in cfg.allowed_schemes) or frozenset(WEB_SCHEMES)
 
@@ -400,7 +412,7 @@ def combine_sandboxes(
         ),
         "max_write_bytes": _smaller(parent.max_write_bytes, child.max_write_bytes),
     }
-    for key, normalise in (("allowed_domains", normalize_host), ("allowed_schemes", str.lower)):
+    for key, normalise in (("allowed_domains", _domain_entry), ("allowed_schemes", str.lower)):
         shared = _intersect_lists(getattr(parent, key), getattr(child, key), normalise)
         if shared is None:
             # Two lists with nothing in common refuse every request.

@@ -498,6 +498,13 @@ SCHEME_AND_DOMAIN_CASES = [
         "'evil.test' is not in allowed_domains",
         id="userinfo-trick",
     ),
+    pytest.param(
+        "http://api.example.com/",
+        {"allowed_domains": ["*.example.com"]},
+        "not in allowed_domains",
+        id="wildcard-entry-matches-nothing",
+    ),
+    pytest.param("http://%20localhost/", {}, "invalid host", id="percent-encoded-space"),
     pytest.param("http://", {}, "has no host", id="no-host"),
     pytest.param("not a url", {}, "scheme ''", id="not-a-url"),
     pytest.param("http://exa mple.com/", {}, "invalid host", id="space-in-host"),
