@@ -55,7 +55,7 @@ def _resolve(base_dir: str, path: str) -> str:
 
 
 def _domain_entry(entry: str) -> str:
-    """Normalise an ``allowed_domains`` entry; one that is no host name (``*.example.com``) matches nothing."""
+    """Normalise an ``allowed_domains`` entry; one that is no host name (``*.x.com``) matches nothing."""
     try:
         return normalize_host(entry)
     except HostError:
