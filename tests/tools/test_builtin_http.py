@@ -395,7 +395,11 @@ async def test_tls_keeps_the_host_name_for_sni_and_the_certificate_check(
     server_names: list[str | None] = []
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert_path, key_path)
-    context.sni_callback = lambda _sock, name, _ctx: server_names.append(name)  # type: ignore[assignment,func-returns-value]
+
+    def remember_server_name(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+        server_names.append(name)
+
+    context.sni_callback = remember_server_name
     server = start_server(ssl_context=context)
     monkeypatch.setenv("SSL_CERT_FILE", str(ca_path))
     resolver = FakeResolver({"pinned.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
