@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Tree
+from tools_support import Tree
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError, ToolError
 from airflow_provider_agentloom.tools import ToolRegistry

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FakeResolver, LoopbackServer, Tree
+from tools_support import FakeResolver, LoopbackServer, Tree
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError, ToolError
 from airflow_provider_agentloom.tools import ToolRegistry

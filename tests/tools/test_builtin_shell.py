@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import Tree
+from tools_support import Tree
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError, ToolError
 from airflow_provider_agentloom.tools import ToolRegistry

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import FakeResolver
+from tools_support import FakeResolver
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
 from airflow_provider_agentloom.tools import ToolRegistry

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import FakeResolver, Tree
+from tools_support import FakeResolver, Tree
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
 from airflow_provider_agentloom.tools.sandbox import ToolSandbox, combine_sandboxes

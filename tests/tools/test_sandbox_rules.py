@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FakeResolver, Tree
+from tools_support import FakeResolver, Tree
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError as ErrorFromExceptions
 from airflow_provider_agentloom.tools.sandbox import SandboxViolationError, ToolSandbox

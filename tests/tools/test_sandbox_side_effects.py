@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FakeResolver, LoopbackServer, Tree
+from tools_support import FakeResolver, LoopbackServer, Tree
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
 from airflow_provider_agentloom.tools import ToolRegistry

@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import Telemetry
+from tools_support import Telemetry
 
 from airflow_provider_agentloom import observability
 from airflow_provider_agentloom.exceptions import (
