@@ -174,12 +174,14 @@ class FileReadTool(_BuiltinTool):
 
 def _read_text(path: Path, encoding: str) -> str:
     data = path.read_bytes()
-    if b"\x00" in data:
-        raise ValueError(f"file_read: {str(path)!r} is a binary file, not text")
     try:
-        return data.decode(encoding)
+        text = data.decode(encoding)
     except UnicodeDecodeError as exc:
         raise ValueError(f"file_read: {str(path)!r} is not {encoding} text: {exc}") from exc
+    # A NUL character marks a binary file in any encoding that decodes it (latin-1 decodes anything).
+    if "\x00" in text:
+        raise ValueError(f"file_read: {str(path)!r} is a binary file, not text")
+    return text
 
 
 class FileWriteTool(_BuiltinTool):

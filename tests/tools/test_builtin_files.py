@@ -140,17 +140,25 @@ async def test_read_with_an_encoding(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "reason"),
+    ("data", "encoding", "reason"),
     [
-        pytest.param(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "is a binary file", id="png"),
-        pytest.param(b"text then a NUL \x00 byte", "is a binary file", id="nul-byte"),
-        pytest.param(b"\xff\xfe\xfa not utf-8", "is not utf-8 text", id="invalid-utf8"),
+        pytest.param(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "utf-8", "is not utf-8 text", id="png"),
+        pytest.param(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "latin-1", "is a binary file", id="png-latin1"),
+        pytest.param(b"text then a NUL \x00 byte", "utf-8", "is a binary file", id="nul-byte"),
+        pytest.param(b"\xff\xfe\xfa not utf-8", "utf-8", "is not utf-8 text", id="invalid-utf8"),
+        pytest.param(b"\x7fELF\x02\x01\x01\x00\x00", "ascii", "is not ascii text|binary", id="elf-ascii"),
     ],
 )
-async def test_read_of_a_binary_file_fails(tmp_path: Path, data: bytes, reason: str) -> None:
+async def test_read_of_a_binary_file_fails(tmp_path: Path, data: bytes, encoding: str, reason: str) -> None:
     (tmp_path / "b.bin").write_bytes(data)
-    with pytest.raises(ToolError, match=f"Tool 'file_read' failed: .*{reason}"):
-        await invoke_tool(registry_for(tmp_path), "file_read", {"path": "b.bin"})
+    with pytest.raises(ToolError, match=f"Tool 'file_read' failed: .*({reason})"):
+        await invoke_tool(registry_for(tmp_path), "file_read", {"path": "b.bin", "encoding": encoding})
+
+
+async def test_read_of_utf16_text_is_not_taken_for_binary(tmp_path: Path) -> None:
+    (tmp_path / "u.txt").write_bytes("wide text ñ".encode("utf-16"))
+    result = await invoke_tool(registry_for(tmp_path), "file_read", {"path": "u.txt", "encoding": "utf-16"})
+    assert result == "wide text ñ"
 
 
 async def test_read_of_a_missing_file_fails(tmp_path: Path) -> None:
