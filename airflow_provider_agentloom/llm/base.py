@@ -25,7 +25,7 @@ import httpx
 import pydantic
 
 from airflow_provider_agentloom.exceptions import LLMHTTPError
-from airflow_provider_agentloom.llm.errors import LLMError, ProviderResponseError, short_detail
+from airflow_provider_agentloom.llm.errors import LLMError, ProviderResponseError, redact, short_detail
 from airflow_provider_agentloom.llm.pricing import PricingTable, default_pricing
 from airflow_provider_agentloom.llm.sse import aiter_ndjson, aiter_sse
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, Message
@@ -58,6 +58,36 @@ _SENSITIVE_HEADERS = (
     "cookie",
     "proxy-authorization",
 )
+
+
+class _SecretFilter(logging.Filter):
+    """Scrubs known keys from the records of httpx/httpcore (whose debug lines show response headers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            message = record.getMessage()
+            if any(secret in message for secret in self.secrets):
+                record.msg = redact(message, self.secrets)
+                record.args = None
+        return True
+
+
+_secret_filter = _SecretFilter()
+# Logger filters do not apply to child loggers, so each logger httpx and httpcore log on is listed.
+_HTTP_LOGGERS = ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy")
+
+
+def _guard_secret(secret: str) -> None:
+    if len(secret) < 4 or secret in _secret_filter.secrets:
+        return
+    if not _secret_filter.secrets:
+        for name in _HTTP_LOGGERS:
+            logging.getLogger(name).addFilter(_secret_filter)
+    _secret_filter.secrets.add(secret)
 
 
 def is_retryable_status(status: int) -> bool:
@@ -234,6 +264,8 @@ class HTTPProvider(LLMProvider):
         self._secrets = [self._api_key] + [
             v for k, v in self._headers.items() if k.lower() in _SENSITIVE_HEADERS and v
         ]
+        for secret in self._secrets:
+            _guard_secret(secret)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r})"

@@ -9,11 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 # The package is not installed in the venv; make the repository importable for these tests.
 _ROOT = Path(__file__).resolve().parents[2]
@@ -21,12 +16,11 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from llm_loopback import LoopbackServer  # noqa: E402
+from llm_support import OTel  # noqa: E402
 from llm_wire import KITS, VendorKit  # noqa: E402
 
-from airflow_provider_agentloom.llm.telemetry import Telemetry, configure_telemetry  # noqa: E402
+from airflow_provider_agentloom.llm.telemetry import configure_telemetry  # noqa: E402
 
-EXAMPLES = Path("/work/shared/agentloom-examples")
-TOOL_CALLING_FIXTURE = EXAMPLES / "recordings" / "tool_calling.json"
 _HERE = Path(__file__).parent
 _ENV = [
     "OPENAI_API_KEY",
@@ -106,27 +100,6 @@ def second_server() -> Iterator[LoopbackServer]:
 def kit(request: pytest.FixtureRequest) -> VendorKit:
     """Each vendor's wire kit in turn."""
     return KITS[request.param]
-
-
-class OTel:
-    """In-memory span exporter and metric reader bound to the model layer's telemetry."""
-
-    def __init__(self) -> None:
-        self.spans = InMemorySpanExporter()
-        tracer_provider = TracerProvider()
-        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.reader = InMemoryMetricReader()
-        self.telemetry: Telemetry = configure_telemetry(tracer_provider, MeterProvider(metric_readers=[self.reader]))
-
-    def metrics(self) -> dict[str, list[Any]]:
-        """Return data points by metric name."""
-        found: dict[str, list[Any]] = {}
-        data = self.reader.get_metrics_data()
-        for resource in data.resource_metrics if data else []:
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    found.setdefault(metric.name, []).extend(metric.data.data_points)
-        return found
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
-"""A scripted HTTP/1.1 server on 127.0.0.1 for the LLM tests and the gateway benchmark (threaded, stdlib only)."""
+"""A scripted HTTP/1.1 server on 127.0.0.1 for the LLM tests and the gateway benchmark (stdlib only)."""
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,16 @@ class Reply:
 Handler = Callable[[SeenRequest], Reply]
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that stops reading mid-stream (an error event, a cancelled call) is expected.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class LoopbackServer:
     """Serve ``handler`` on ``127.0.0.1:<free port>``; every request is kept in ``requests``.
 
@@ -49,10 +60,12 @@ class LoopbackServer:
         self.handler: Handler = handler or (lambda _r: Reply(json={}))
         self.requests: list[SeenRequest] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, name="loopback-llm", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.01},
+            name="loopback-llm",
+            daemon=True,
         )
 
     @property
@@ -92,13 +105,13 @@ class LoopbackServer:
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
-            def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            def do_GET(self) -> None:
                 self._serve()
 
-            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            def do_POST(self) -> None:
                 self._serve()
 
             def _serve(self) -> None:
@@ -157,7 +170,7 @@ class LoopbackServer:
 
 
 def sse(events: list[Any], *, event_names: list[str] | None = None, done: bool = False) -> list[str]:
-    """Return SSE chunks, one per event (JSON-encoded unless a string), optionally named and ended by [DONE]."""
+    """Return SSE chunks, one per event (JSON unless a string), optionally named and ended by [DONE]."""
     out = []
     for index, event in enumerate(events):
         data = event if isinstance(event, str) else json.dumps(event)

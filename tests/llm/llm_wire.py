@@ -65,7 +65,11 @@ class OpenAIKit(VendorKit):
             "object": "chat.completion",
             "model": "gpt-4o-mini-2024-07-18",
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
         }
 
     def text(self, text: str, prompt: int = 11, completion: int = 7) -> Reply:
@@ -73,16 +77,28 @@ class OpenAIKit(VendorKit):
 
     def stream(self, pieces: list[str], prompt: int = 11, completion: int = 7) -> Reply:
         head = {"id": "c", "model": "gpt-4o-mini-2024-07-18"}
-        events: list[Any] = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+        events: list[Any] = [
+            {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        ]
         events += [{**head, "choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
         events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
         events.append({**head, "choices": [], "usage": usage})
         return Reply(chunks=sse(events, done=True), content_type="text/event-stream")
 
     def tool_call(self, call_id: str, name: str, arguments: dict[str, Any]) -> Reply:
-        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-        return Reply(json=self._body({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", 20, 9))
+        call = {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
+        return Reply(
+            json=self._body({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", 20, 9)
+        )
 
     def error(self, status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
         body = {"error": {"message": message, "type": "invalid_request_error", "code": None}}
@@ -122,35 +138,52 @@ class AnthropicKit(VendorKit):
         start["stop_reason"] = None
         events: list[tuple[str, Any]] = [
             ("message_start", {"type": "message_start", "message": start}),
-            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
             ("ping", {"type": "ping"}),
         ]
         events += [
-            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}})
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}},
+            )
             for p in pieces
         ]
         events += [
             ("content_block_stop", {"type": "content_block_stop", "index": 0}),
             (
                 "message_delta",
-                {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": completion}},
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": completion},
+                },
             ),
             ("message_stop", {"type": "message_stop"}),
         ]
         return Reply(
-            chunks=sse([e for _, e in events], event_names=[n for n, _ in events]), content_type="text/event-stream"
+            chunks=sse([e for _, e in events], event_names=[n for n, _ in events]),
+            content_type="text/event-stream",
         )
 
     def tool_call(self, call_id: str, name: str, arguments: dict[str, Any]) -> Reply:
-        content = [
+        content: list[dict[str, Any]] = [
             {"type": "text", "text": "Let me look."},
             {"type": "tool_use", "id": call_id, "name": name, "input": arguments},
         ]
         return Reply(json=self._body(content, "tool_use", 20, 9))
 
     def error(self, status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
-        kind = {401: "authentication_error", 429: "rate_limit_error", 500: "api_error"}.get(status, "invalid_request_error")
-        return Reply(status=status, json={"type": "error", "error": {"type": kind, "message": message}}, headers=headers or {})
+        kind = {401: "authentication_error", 429: "rate_limit_error", 500: "api_error"}.get(
+            status, "invalid_request_error"
+        )
+        return Reply(
+            status=status,
+            json={"type": "error", "error": {"type": kind, "message": message}},
+            headers=headers or {},
+        )
 
     def tool_results(self, request: SeenRequest) -> list[str]:
         out = []
@@ -172,7 +205,9 @@ class GoogleKit(VendorKit):
     def provider(self, base_url: str, **kwargs: Any) -> HTTPProvider:
         return GoogleProvider(kwargs.pop("api_key", self.key), base_url, **kwargs)
 
-    def _body(self, parts: list[dict[str, Any]], finish: str | None, prompt: int, completion: int) -> dict[str, Any]:
+    def _body(
+        self, parts: list[dict[str, Any]], finish: str | None, prompt: int, completion: int
+    ) -> dict[str, Any]:
         candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
         if finish:
             candidate["finishReason"] = finish
@@ -239,13 +274,18 @@ class OllamaKit(VendorKit):
 
     def stream(self, pieces: list[str], prompt: int = 11, completion: int = 7) -> Reply:
         lines: list[Any] = [
-            {"model": "llama3.2", "message": {"role": "assistant", "content": p}, "done": False} for p in pieces
+            {"model": "llama3.2", "message": {"role": "assistant", "content": p}, "done": False}
+            for p in pieces
         ]
         lines.append(self._body({"content": ""}, prompt, completion))
         return Reply(chunks=ndjson(lines), content_type="application/x-ndjson")
 
     def tool_call(self, call_id: str, name: str, arguments: dict[str, Any]) -> Reply:
-        return Reply(json=self._body({"content": "", "tool_calls": [{"function": {"name": name, "arguments": arguments}}]}, 20, 9))
+        return Reply(
+            json=self._body(
+                {"content": "", "tool_calls": [{"function": {"name": name, "arguments": arguments}}]}, 20, 9
+            )
+        )
 
     def error(self, status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
         return Reply(status=status, json={"error": message}, headers=headers or {})
@@ -257,4 +297,6 @@ class OllamaKit(VendorKit):
         return request.headers.get("authorization", "").removeprefix("Bearer ")
 
 
-KITS: dict[str, VendorKit] = {kit.name: kit for kit in (OpenAIKit(), AnthropicKit(), GoogleKit(), OllamaKit())}
+KITS: dict[str, VendorKit] = {
+    kit.name: kit for kit in (OpenAIKit(), AnthropicKit(), GoogleKit(), OllamaKit())
+}

@@ -38,9 +38,14 @@ async def test_plain_reply(kit: VendorKit, server: LoopbackServer) -> None:
 
     assert response.content == "Hello there!"
     assert response.provider == kit.name
-    assert (response.usage.prompt_tokens, response.usage.completion_tokens, response.usage.total_tokens) == (12, 5, 17)
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens, response.usage.total_tokens) == (
+        12,
+        5,
+        17,
+    )
     assert response.finish_reason == "stop"
-    assert response.latency_ms is not None and response.latency_ms > 0
+    assert response.latency_ms is not None
+    assert response.latency_ms > 0
     assert response.time_to_first_token_ms is None
     assert response.cost_usd >= 0
     assert server.count == 1
@@ -61,7 +66,8 @@ async def test_streamed_reply_with_usage_and_ttft(kit: VendorKit, server: Loopba
     assert len(chunks) == 3
     assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (9, 3)
     assert response.finish_reason == "stop"
-    assert response.time_to_first_token_ms is not None and response.latency_ms is not None
+    assert response.time_to_first_token_ms is not None
+    assert response.latency_ms is not None
     assert 40 <= response.time_to_first_token_ms < response.latency_ms
     assert response.latency_ms - response.time_to_first_token_ms >= 80  # later chunks came later
 
@@ -97,7 +103,8 @@ async def test_tool_call_round_trip(kit: VendorKit, server: LoopbackServer) -> N
 
     assert calls == [("get_weather", {"city": "Paris"})]
     assert result.content == 'Weather report: {"city": "Paris", "sky": "sunny"}'
-    assert result.turns == 2 and result.finish_reason == "stop"
+    assert result.turns == 2
+    assert result.finish_reason == "stop"
     assert result.usage.prompt_tokens == 20 + 11
     assert server.count == 2
     second = server.requests[1].body
