@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
+from airflow_provider_agentloom.tools._combine import combine_sandboxes
 from airflow_provider_agentloom.tools._commands import (
     INTERPRETERS_AND_LAUNCHERS,
     find_expansion,
@@ -24,12 +23,12 @@ from airflow_provider_agentloom.tools._network import (
     Resolver,
     is_internal,
     is_localhost_name,
-    normalize_host,
     parse_ip,
     scheme_of,
     split_url,
     system_resolver,
 )
+from airflow_provider_agentloom.tools._paths import domain_entry, is_under_any, resolve_path
 from airflow_provider_agentloom.workflow.models import SandboxConfig
 
 __all__ = [
@@ -43,32 +42,9 @@ __all__ = [
 
 StrPath = str | os.PathLike[str]
 
-log = logging.getLogger(__name__)
-
 
 def _violation(tool: str, reason: str) -> SandboxViolationError:
     return SandboxViolationError(f"Sandbox violation ({tool}): {reason}")
-
-
-def _resolve(base_dir: str, path: str) -> str:
-    return os.path.realpath(os.path.join(base_dir, path))
-
-
-def _domain_entry(entry: str) -> str:
-    """Normalise an ``allowed_domains`` entry; one that is no host name (``*.x.com``) matches nothing."""
-    try:
-        return normalize_host(entry)
-    except HostError:
-        log.warning("allowed_domains entry %r is not a host name and matches no host", entry)
-        return entry
-
-
-def _is_under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _is_under_any(path: str, roots: Iterable[str]) -> bool:
-    return any(_is_under(path, root) for root in roots)
 
 
 class ToolSandbox:
@@ -119,12 +95,12 @@ class ToolSandbox:
         self.base_dir = os.path.abspath(os.fspath(base_dir) if base_dir is not None else os.getcwd())
         self.resolver: Resolver = resolver or system_resolver
         cfg = self.config
-        allowed = tuple(_resolve(self.base_dir, p) for p in cfg.allowed_paths)
-        self.readable_dirs = allowed + tuple(_resolve(self.base_dir, p) for p in cfg.readable_paths)
-        self.writable_dirs = allowed + tuple(_resolve(self.base_dir, p) for p in cfg.writable_paths)
+        allowed = tuple(resolve_path(self.base_dir, p) for p in cfg.allowed_paths)
+        self.readable_dirs = allowed + tuple(resolve_path(self.base_dir, p) for p in cfg.readable_paths)
+        self.writable_dirs = allowed + tuple(resolve_path(self.base_dir, p) for p in cfg.writable_paths)
         self._commands = frozenset(cfg.allowed_commands)
         self._danger_opt_in = frozenset(cfg.danger_opt_in)
-        self._domains = frozenset(_domain_entry(d) for d in cfg.allowed_domains)
+        self._domains = frozenset(domain_entry(d) for d in cfg.allowed_domains)
         # An empty allowed_schemes sets no limit (seed page, "Subworkflows"); only http(s) ever work.
         self._schemes = frozenset(s.lower() for s in cfg.allowed_schemes) or frozenset(WEB_SCHEMES)
 
@@ -155,17 +131,17 @@ class ToolSandbox:
         text = self._path_text(path, tool_name)
         if not self.enabled:
             return Path(os.path.abspath(os.path.join(self.base_dir, text)))
-        resolved = _resolve(self.base_dir, text)
+        resolved = resolve_path(self.base_dir, text)
         if not (self.readable_dirs or self.writable_dirs):
             raise _violation(
                 tool_name, "no allowed_paths, readable_paths or writable_paths are set: no file access"
             )
         roots = self.writable_dirs if writable else self.readable_dirs
-        if not _is_under_any(resolved, roots):
+        if not is_under_any(resolved, roots):
             kind = "writable" if writable else "readable"
             where = repr(text) if resolved == text else f"{text!r} (resolved: {resolved!r})"
             hint = ""
-            if not writable and _is_under_any(resolved, self.writable_dirs):
+            if not writable and is_under_any(resolved, self.writable_dirs):
                 hint = "; that directory is only writable"
             raise _violation(tool_name, f"path {where} is outside the {kind} directories{hint}")
         return Path(resolved)
@@ -213,8 +189,8 @@ class ToolSandbox:
     def _check_directory(self, cwd: StrPath) -> str:
         # Rule 1: cwd under allowed_paths or readable_paths (writable_paths alone does not do).
         text = self._path_text(cwd, "shell_command")
-        directory = _resolve(self.base_dir, text)
-        if not _is_under_any(directory, self.readable_dirs):
+        directory = resolve_path(self.base_dir, text)
+        if not is_under_any(directory, self.readable_dirs):
             raise _violation(
                 "shell_command",
                 f"the working directory {directory!r} is outside allowed_paths and readable_paths",
@@ -239,7 +215,7 @@ class ToolSandbox:
             raise _violation("shell_command", f"command {name!r} is not in allowed_commands")
         if "/" in word:
             found = shutil.which(name, path=os.environ.get("PATH", os.defpath))
-            given = _resolve(directory, word)
+            given = resolve_path(directory, word)
             if found is None or os.path.realpath(found) != given:
                 raise _violation(
                     "shell_command", f"{word!r} is not the {name!r} found on PATH ({found or 'none found'})"
@@ -261,7 +237,7 @@ class ToolSandbox:
                 if candidate not in (".", "..") and "/" not in candidate and not os.path.islink(full):
                     continue
                 resolved = os.path.realpath(full)
-                if not _is_under_any(resolved, roots):
+                if not is_under_any(resolved, roots):
                     raise _violation(
                         "shell_command",
                         f"path argument {candidate!r} resolves to {resolved!r}, outside "
@@ -374,87 +350,3 @@ def _unchecked_target(url: str) -> NetworkTarget:
     except (HostError, TypeError, AttributeError):
         return NetworkTarget(url=url, scheme="", host="", port=0)
     return NetworkTarget(url=url, scheme=scheme, host=host, port=port)
-
-
-def combine_sandboxes(
-    parent: SandboxConfig, child: SandboxConfig, *, base_dir: StrPath | None = None
-) -> SandboxConfig:
-    """Return the sandbox a subworkflow runs under (seed page, "Subworkflows").
-
-    One side disabled: the enabled side's block (both disabled: the child's own). Both enabled:
-    what both allow. Paths are resolved from ``base_dir`` (default: the current directory), so the
-    result lists absolute paths.
-    """
-    if not parent.enabled:
-        return child.model_copy(deep=True)
-    if not child.enabled:
-        return parent.model_copy(deep=True)
-    base = os.path.abspath(os.fspath(base_dir) if base_dir is not None else os.getcwd())
-    readable = _intersect_dirs(_read_dirs(parent, base), _read_dirs(child, base))
-    writable = _intersect_dirs(_write_dirs(parent, base), _write_dirs(child, base))
-    both = [d for d in readable if d in writable]
-    fields: dict[str, Any] = {
-        "enabled": True,
-        "allowed_commands": [c for c in parent.allowed_commands if c in child.allowed_commands],
-        "danger_opt_in": [c for c in parent.danger_opt_in if c in child.danger_opt_in],
-        "allowed_paths": both,
-        "readable_paths": [d for d in readable if d not in both],
-        "writable_paths": [d for d in writable if d not in both],
-        "allow_network": parent.allow_network and child.allow_network,
-        "allow_internal_webhook_targets": (
-            parent.allow_internal_webhook_targets and child.allow_internal_webhook_targets
-        ),
-        # A parent without allowed_domains refuses internal addresses: a child's list can't open them.
-        "deny_internal_hosts": (
-            parent.deny_internal_hosts
-            or child.deny_internal_hosts
-            or (not parent.allowed_domains and bool(child.allowed_domains))
-        ),
-        "max_write_bytes": _smaller(parent.max_write_bytes, child.max_write_bytes),
-    }
-    for key, normalise in (("allowed_domains", _domain_entry), ("allowed_schemes", str.lower)):
-        shared = _intersect_lists(getattr(parent, key), getattr(child, key), normalise)
-        if shared is None:
-            # Two lists with nothing in common refuse every request.
-            fields["allow_network"] = False
-            shared = []
-        fields[key] = shared
-    return SandboxConfig(**fields)
-
-
-def _read_dirs(config: SandboxConfig, base: str) -> list[str]:
-    return [_resolve(base, p) for p in [*config.allowed_paths, *config.readable_paths]]
-
-
-def _write_dirs(config: SandboxConfig, base: str) -> list[str]:
-    return [_resolve(base, p) for p in [*config.allowed_paths, *config.writable_paths]]
-
-
-def _intersect_dirs(first: list[str], second: list[str]) -> list[str]:
-    """Directories under both lists: of two nested directories the deeper one; outermost kept."""
-    found: list[str] = []
-    for a in first:
-        for b in second:
-            deeper = a if _is_under(a, b) else b if _is_under(b, a) else None
-            if deeper is not None and deeper not in found:
-                found.append(deeper)
-    return [d for d in found if not any(o != d and _is_under(d, o) for o in found)]
-
-
-def _intersect_lists(
-    first: list[str], second: list[str], normalise: Callable[[str], str]
-) -> list[str] | None:
-    """Entries on both lists; one empty list sets no limit; None when nothing is shared."""
-    if not first or not second:
-        return list(first or second)
-    keys = {normalise(entry) for entry in second}
-    shared = [entry for entry in first if normalise(entry) in keys]
-    return shared or None
-
-
-def _smaller(first: int | None, second: int | None) -> int | None:
-    if first is None:
-        return second
-    if second is None:
-        return first
-    return min(first, second)
