@@ -18,7 +18,7 @@ _LAZY: dict[str, str] = {
     "CircuitOpenError": "airflow_provider_agentloom.llm.errors",
     "FixtureError": "airflow_provider_agentloom.llm.errors",
     "GoogleProvider": "airflow_provider_agentloom.llm.google",
-    "HTTPProvider": "airflow_provider_agentloom.llm.base",
+    "HTTPProvider": "airflow_provider_agentloom.llm.http_provider",
     "LLMProvider": "airflow_provider_agentloom.llm.base",
     "LoopResult": "airflow_provider_agentloom.llm.loop",
     "Message": "airflow_provider_agentloom.llm.types",
@@ -35,6 +35,7 @@ _LAZY: dict[str, str] = {
     "ToolCallRecord": "airflow_provider_agentloom.llm.types",
     "ToolSpec": "airflow_provider_agentloom.llm.types",
     "calculate_cost": "airflow_provider_agentloom.llm.pricing",
+    "create_provider": "airflow_provider_agentloom.llm.factory",
     "prompt_hash": "airflow_provider_agentloom.llm.fixtures",
     "registry_executor": "airflow_provider_agentloom.llm.loop",
     "run_tool_loop": "airflow_provider_agentloom.llm.loop",
@@ -46,15 +47,16 @@ __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:
     from airflow_provider_agentloom.llm.anthropic import AnthropicProvider as AnthropicProvider
-    from airflow_provider_agentloom.llm.base import HTTPProvider as HTTPProvider
     from airflow_provider_agentloom.llm.base import LLMProvider as LLMProvider
     from airflow_provider_agentloom.llm.errors import AllProvidersFailedError as AllProvidersFailedError
     from airflow_provider_agentloom.llm.errors import CircuitOpenError as CircuitOpenError
     from airflow_provider_agentloom.llm.errors import FixtureError as FixtureError
     from airflow_provider_agentloom.llm.errors import NoProviderError as NoProviderError
+    from airflow_provider_agentloom.llm.factory import create_provider as create_provider
     from airflow_provider_agentloom.llm.fixtures import prompt_hash as prompt_hash
     from airflow_provider_agentloom.llm.gateway import ProviderGateway as ProviderGateway
     from airflow_provider_agentloom.llm.google import GoogleProvider as GoogleProvider
+    from airflow_provider_agentloom.llm.http_provider import HTTPProvider as HTTPProvider
     from airflow_provider_agentloom.llm.loop import LoopResult as LoopResult
     from airflow_provider_agentloom.llm.loop import registry_executor as registry_executor
     from airflow_provider_agentloom.llm.loop import run_tool_loop as run_tool_loop

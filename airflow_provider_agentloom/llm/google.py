@@ -8,13 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from airflow_provider_agentloom.llm.base import (
-    HTTPProvider,
-    StreamAccumulator,
-    StreamDelta,
-    StreamError,
-    split_system,
-)
+from airflow_provider_agentloom.llm.base import StreamAccumulator, StreamDelta, StreamError
+from airflow_provider_agentloom.llm.http_provider import HTTPProvider, split_system
 from airflow_provider_agentloom.llm.types import (
     AttachmentData,
     ChatRequest,

@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from airflow_provider_agentloom.llm.base import HTTPProvider, StreamAccumulator, StreamDelta, StreamError
+from airflow_provider_agentloom.llm.base import StreamAccumulator, StreamDelta, StreamError
 from airflow_provider_agentloom.llm.errors import UnsupportedInputError
+from airflow_provider_agentloom.llm.http_provider import HTTPProvider
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, Message, TokenUsage, ToolCall
 
 __all__ = ["OllamaProvider"]

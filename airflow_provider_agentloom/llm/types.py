@@ -138,9 +138,10 @@ class ChatRequest(_Model):
     """One model call, vendor-neutral.
 
     ``step_id`` is never sent to a vendor; it keys mock fixtures and recordings (and, unlike
-    upstream, the gateway passes it through). ``extra`` is merged into the vendor request body; a
-    key named after a vendor (``openai``, ``anthropic``, ``google``, ``ollama``) holds a mapping
-    merged only into that vendor's body.
+    upstream, the gateway passes it through). ``stream`` records the caller's intent (the step's
+    effective flag); whether a call streams is decided by calling ``stream()`` or ``complete()``.
+    ``extra`` is merged into the vendor request body; a key named after a vendor (``openai``,
+    ``anthropic``, ``google``, ``ollama``) holds a mapping merged only into that vendor's body.
     """
 
     messages: list[Message]

@@ -203,3 +203,15 @@ async def test_registry_executor_runs_tools_through_the_loop(registry: ToolRegis
     assert result.tool_calls[0].result == {"lat": 1.0, "lon": 2.0, "address": "1 Main St"}
     with pytest.raises(ToolNotFoundError):
         await registry_executor(registry)("nope", {})
+
+
+def test_create_provider_by_vendor_name() -> None:
+    from airflow_provider_agentloom.llm.factory import create_provider
+    from airflow_provider_agentloom.llm.google import GoogleProvider
+
+    provider = create_provider("Gemini", api_key="k", base_url="http://127.0.0.1:1", name="g")
+    assert isinstance(provider, GoogleProvider)
+    assert provider.name == "g"
+    assert isinstance(create_provider("mock", default_response="x"), MockProvider)
+    with pytest.raises(ValueError, match="anthropic"):
+        create_provider("cohere")
