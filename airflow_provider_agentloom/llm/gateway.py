@@ -263,7 +263,12 @@ class ProviderGateway:
             with tel.chat_span(entry.provider.vendor, request, stream=stream, attempt=attempt + 1) as span:
                 try:
                     response = await call(entry)
-                except Exception as exc:  # any provider failure; cancellation is a BaseException and passes
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:
+                    if not isinstance(exc, Exception):  # cancelled: no verdict, but free a half-open probe
+                        entry.breaker.record_neutral()
+                        raise
                     error = _as_llm_error(exc, entry.name)
                     tel.record_failure(
                         span,

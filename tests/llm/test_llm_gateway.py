@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from llm_loopback import LoopbackServer
 from llm_support import OTel
@@ -293,3 +294,27 @@ async def test_spans_and_metrics(otel: OTel, server: LoopbackServer, second_serv
     assert metrics["gen_ai.client.operation.time_to_first_chunk"][0].count == 1
     states = {p.attributes["provider"]: p.value for p in metrics["agentloom_circuit_breaker_state"]}
     assert states == {"primary": 0, "secondary": 0}
+
+
+async def test_a_cancelled_probe_frees_the_half_open_slot() -> None:
+    fake = FakeTime()
+    hang = anyio.Event()
+
+    class Hanging(Scripted):
+        async def complete(self, request: ChatRequest) -> ChatResponse:
+            self.calls += 1
+            if self.calls == 1:
+                raise http(500)
+            await hang.wait()
+            return ChatResponse(content="late")
+
+    provider = Hanging("h", ["unused"])
+    gateway = ProviderGateway(max_retries=0, clock=fake.clock, sleep=fake.sleep)
+    gateway.register(provider, circuit_fail_threshold=1, circuit_reset_timeout=5)
+    with pytest.raises(AllProvidersFailedError):
+        await gateway.complete(ask())
+    fake.now += 5
+    with anyio.move_on_after(0.05):
+        await gateway.complete(ask())  # the probe hangs and is cancelled
+    assert gateway.circuit_state("h") == "half_open"
+    assert gateway.entries[0].breaker.allow()  # another probe may go

@@ -8,6 +8,8 @@ import anyio
 import pytest
 
 from airflow_provider_agentloom.exceptions import ToolNotFoundError
+from airflow_provider_agentloom.llm.factory import create_provider
+from airflow_provider_agentloom.llm.google import GoogleProvider
 from airflow_provider_agentloom.llm.loop import (
     registry_executor,
     run_tool_loop,
@@ -206,9 +208,6 @@ async def test_registry_executor_runs_tools_through_the_loop(registry: ToolRegis
 
 
 def test_create_provider_by_vendor_name() -> None:
-    from airflow_provider_agentloom.llm.factory import create_provider
-    from airflow_provider_agentloom.llm.google import GoogleProvider
-
     provider = create_provider("Gemini", api_key="k", base_url="http://127.0.0.1:1", name="g")
     assert isinstance(provider, GoogleProvider)
     assert provider.name == "g"
