@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -107,3 +109,18 @@ async def test_sse_stream_without_final_blank_line_and_crlf() -> None:
 @pytest.mark.anyio
 async def test_ndjson_skips_blank_lines() -> None:
     assert [x async for x in aiter_ndjson(_lines('{"a": 1}', "", "  ", '{"b": 2}'))] == [{"a": 1}, {"b": 2}]
+
+
+def test_llm_package_does_not_import_airflow() -> None:
+    code = (
+        "import sys, pkgutil, importlib, airflow_provider_agentloom.llm as llm\n"
+        "for m in pkgutil.iter_modules(llm.__path__):\n"
+        "    importlib.import_module(llm.__name__ + '.' + m.name)\n"
+        "bad = sorted(n for n in sys.modules if n == 'airflow' or n.startswith('airflow.'))\n"
+        "print(bad); raise SystemExit(1 if bad else 0)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
