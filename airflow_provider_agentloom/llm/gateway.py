@@ -108,6 +108,8 @@ class ProviderGateway:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
+        if max_retries < 0:
+            raise ValueError("max_retries must be 0 or more")
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
@@ -235,6 +237,9 @@ class ProviderGateway:
                 raise exc.error from None
             except _GiveUp:
                 pass
+            except BaseException:  # cancelled (or interrupted): no verdict, but free a half-open probe slot
+                entry.breaker.record_neutral()
+                raise
             if len(candidates) > 1:
                 log.warning("Provider %s failed for model %s: %s", entry.name, request.model, errors[-1])
         if not errors:
@@ -263,38 +268,28 @@ class ProviderGateway:
             with tel.chat_span(entry.provider.vendor, request, stream=stream, attempt=attempt + 1) as span:
                 try:
                     response = await call(entry)
-                except (KeyboardInterrupt, SystemExit):
-                    raise
-                except BaseException as exc:
-                    if not isinstance(exc, Exception):  # cancelled: no verdict, but free a half-open probe
-                        entry.breaker.record_neutral()
-                        raise
+                except Exception as exc:  # any provider failure; cancellation is not an Exception
                     error = _as_llm_error(exc, entry.name)
+                    seconds = time.perf_counter() - begun
                     tel.record_failure(
-                        span,
-                        entry.name,
-                        request,
-                        _error_type(error),
-                        stream=stream,
-                        seconds=time.perf_counter() - begun,
+                        span, entry.name, request, _error_type(error), stream=stream, seconds=seconds
                     )
-                    self._judge(entry, error)
-                    if started is not None and started[0]:
-                        raise _StreamStarted(error) from None
-                    errors.append(error)
-                    wait = self._retry_wait(error, attempt)
-                    if wait is None:
-                        break
-                    log.info("Retrying provider %s in %.2fs after: %s", entry.name, wait, error)
-                    await self._sleep(wait)
-                    continue
-                entry.breaker.record_success()
-                if entry.limiter is not None:
-                    entry.limiter.settle(estimate, response.usage.total_tokens)
-                tel.record_success(
-                    span, entry.name, request, response, stream=stream, seconds=time.perf_counter() - begun
-                )
-                return response
+                else:
+                    entry.breaker.record_success()
+                    if entry.limiter is not None:
+                        entry.limiter.settle(estimate, response.usage.total_tokens)
+                    seconds = time.perf_counter() - begun
+                    tel.record_success(span, entry.name, request, response, stream=stream, seconds=seconds)
+                    return response
+            self._judge(entry, error)
+            if started is not None and started[0]:
+                raise _StreamStarted(error)
+            errors.append(error)
+            wait = self._retry_wait(error, attempt)
+            if wait is None:
+                break
+            log.info("Retrying provider %s in %.2fs after: %s", entry.name, wait, error)
+            await self._sleep(wait)
         raise _GiveUp
 
     @staticmethod
