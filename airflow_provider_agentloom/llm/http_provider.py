@@ -344,6 +344,12 @@ class HTTPProvider(LLMProvider):
                 if response.status_code >= 400:
                     text = (await response.aread()).decode("utf-8", "replace")
                     raise self._status_error(response.status_code, response.headers, text)
+                if response.headers.get("content-type", "").startswith("application/json"):
+                    # A server that ignores "stream": the whole reply arrives as one JSON body.
+                    whole = self._parse_checked(json.loads(await response.aread()), request)
+                    await sink(whole.content)
+                    ttft_ms = (time.perf_counter() - started) * 1000.0
+                    return self._finish(whole, request, started, ttft_ms)
                 async for event, data in self._events(response):
                     delta = accumulator.feed(data, event)
                     if delta.progressed and ttft_ms is None:

@@ -178,3 +178,13 @@ async def test_connection_refused_is_retryable_status_0(kit: VendorKit) -> None:
             await provider.complete(ask(kit))
     assert caught.value.status_code == 0
     assert caught.value.retryable is True
+
+
+async def test_server_that_ignores_stream_still_works(kit: VendorKit, server: LoopbackServer) -> None:
+    server.script([kit.text("not streamed after all")])
+    chunks: list[str] = []
+    async with kit.provider(server.url) as provider:
+        response = await provider.stream(ask(kit), chunks.append)
+    assert chunks == ["not streamed after all"]
+    assert response.content == "not streamed after all"
+    assert response.time_to_first_token_ms is not None
