@@ -60,6 +60,11 @@ class WorkflowValidationError(AgentLoomError):
     def __reduce__(self) -> tuple[type[WorkflowValidationError], tuple[list[ValidationIssue]]]:
         return (type(self), (list(self.issues),))
 
+    @classmethod
+    def from_message(cls, file: str, message: str, line: int | None = None) -> WorkflowValidationError:
+        """Build an error with one issue that has no key path."""
+        return cls([ValidationIssue(file, line, "", message)])
+
     @property
     def first(self) -> ValidationIssue:
         return self.issues[0]

@@ -1,0 +1,61 @@
+"""The in-process runner: ``run_workflow()`` runs one workflow through Airflow and returns a ``RunResult``.
+
+The CLI (``agentloom run``) and the Python API (``WorkflowEngine``) both use it; there is no
+second execution engine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_agentloom.tools.base import BaseTool
+from airflow_provider_agentloom.workflow.models import Workflow
+from airflow_provider_agentloom.workflow.parser import load_workflow
+from airflow_provider_agentloom.workflow.results import RunResult
+
+__all__ = ["run_workflow"]
+
+
+def run_workflow(
+    workflow: Workflow | str | os.PathLike[str],
+    *,
+    tools: Iterable[BaseTool] = (),
+    state: Mapping[str, Any] | None = None,
+    home: str | os.PathLike[str] | None = None,
+    working_dir: str | os.PathLike[str] | None = None,
+    on_progress: Any = None,
+) -> RunResult:
+    """Run a workflow through Airflow in this process and return its result.
+
+    :param workflow: a workflow file path, or a :class:`Workflow` already loaded.
+    :param tools: custom tools the workflow's tool steps may call (besides the four built-ins).
+    :param state: initial state overrides (like ``--state key=value``).
+    :param home: the runner's private Airflow home (default ``$AGENTLOOM_HOME`` or the user cache).
+    :param working_dir: "the directory you run from" for built-in tools (default: the current one).
+    :param on_progress: called as ``on_progress(step_result, event)`` when a step ends or retries.
+    """
+    from airflow_provider_agentloom.runner.home import prepare_home
+
+    embedded = prepare_home(Path(home) if home is not None else None)
+    model = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
+
+    from airflow_provider_agentloom.dag_factory import build_dag
+    from airflow_provider_agentloom.runner.engine import DagRunDriver
+
+    dag = build_dag(
+        model,
+        tools=tools,
+        working_dir=str(Path(working_dir or os.getcwd()).resolve()),
+        discover_tools=False,
+    )
+    run_context = next(iter(dag.task_dict.values())).run_context if dag.task_dict else None
+    if run_context is None:
+        from airflow_provider_agentloom.operators.context import WorkflowRunContext
+        from airflow_provider_agentloom.workflow.parser import graph_of
+
+        run_context = WorkflowRunContext(model, graph_of(model), dag.dag_id)
+    driver = DagRunDriver(dag, run_context, embedded, conf=state, on_progress=on_progress)
+    return driver.run()

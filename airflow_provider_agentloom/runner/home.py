@@ -1,0 +1,133 @@
+"""The runner's private Airflow home: SQLite, created and migrated on first use.
+
+``agentloom run`` and the Python API never touch the database of a configured Airflow (where
+they would race a live scheduler): they always use their own home, by default under the user's
+cache folder (``$XDG_CACHE_HOME/agentloom/airflow-home``), or ``$AGENTLOOM_HOME``.
+
+The environment is set before Airflow is first imported. When the process has already imported
+Airflow with another database (a notebook, a test suite), the runner refuses rather than
+silently running against it — unless that database *is* the runner's home.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+STUB_NAME = "agentloom_run_dag.py"
+_STUB = '''"""An Airflow DAG file written by `agentloom run`: it serves the DAG being run to its task processes."""
+
+from airflow_provider_agentloom.runner.engine import serve_current_dag
+
+serve_current_dag(globals())
+'''
+
+
+class HomeConflictError(RuntimeError):
+    """Raised when Airflow is already configured in this process with another metadata database."""
+
+
+@dataclass(frozen=True)
+class EmbeddedHome:
+    """Paths of the runner's private Airflow home."""
+
+    root: Path
+
+    @property
+    def database(self) -> Path:
+        return self.root / "airflow.db"
+
+    @property
+    def dags_folder(self) -> Path:
+        return self.root / "dags"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def stub(self) -> Path:
+        return self.dags_folder / STUB_NAME
+
+    @property
+    def sql_alchemy_conn(self) -> str:
+        return f"sqlite:///{self.database}"
+
+
+def default_home() -> Path:
+    """``$AGENTLOOM_HOME``, else ``$XDG_CACHE_HOME/agentloom/airflow-home`` (``~/.cache`` by default)."""
+    explicit = os.environ.get("AGENTLOOM_HOME")
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return (Path(cache) / "agentloom" / "airflow-home").resolve()
+
+
+def prepare_home(root: Path | None = None) -> EmbeddedHome:
+    """Create the home's folders, point Airflow at it, and migrate its database if needed."""
+    home = EmbeddedHome((root or default_home()).resolve())
+    home.dags_folder.mkdir(parents=True, exist_ok=True)
+    home.logs.mkdir(parents=True, exist_ok=True)
+    if not home.stub.exists() or home.stub.read_text() != _STUB:
+        home.stub.write_text(_STUB)
+    _configure_environment(home)
+    _migrate_once(home)
+    return home
+
+
+def _configure_environment(home: EmbeddedHome) -> None:
+    settings = {
+        "AIRFLOW_HOME": str(home.root),
+        "AIRFLOW_CONFIG": str(home.root / "airflow.cfg"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": home.sql_alchemy_conn,
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home.dags_folder),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home.logs),
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AGENTLOOM_AIRFLOW_LOG_LEVEL", "WARNING"),
+        "AIRFLOW__API_AUTH__JWT_SECRET": _jwt_secret(home),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        # A task supervisor notices its task process has exited at its next poll, which is at
+        # most this many seconds away (Airflow's default of 5 s would add up to 5 s to a run).
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+    }
+    if "airflow" in sys.modules:
+        from airflow.configuration import conf
+
+        current = conf.get("database", "sql_alchemy_conn")
+        if current != home.sql_alchemy_conn:
+            raise HomeConflictError(
+                f"Airflow is already configured in this process with the database {current!r}; "
+                f"the runner uses its own home {home.root} (set AGENTLOOM_HOME to that Airflow home "
+                "only if it is a throw-away one, or run from a fresh process)"
+            )
+        return
+    os.environ.update(settings)
+
+
+def _jwt_secret(home: EmbeddedHome) -> str:
+    secret_file = home.root / ".jwt_secret"
+    if not secret_file.exists():
+        secret_file.write_text(secrets.token_hex(48))
+        secret_file.chmod(0o600)
+    return secret_file.read_text().strip()
+
+
+def _migrate_once(home: EmbeddedHome) -> None:
+    from importlib.metadata import version
+
+    marker = home.root / f".migrated-{version('apache-airflow-core')}"
+    if marker.exists():
+        return
+    with open(home.root / ".migrate.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return
+        from airflow.utils import db
+
+        db.initdb()
+        marker.write_text("ok\n")
