@@ -39,6 +39,7 @@ def run_workflow(
     """
     from airflow_provider_agentloom.runner.home import prepare_home
 
+    _quiet_known_warnings()
     embedded = prepare_home(Path(home) if home is not None else None)
     model = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
 
@@ -59,3 +60,11 @@ def run_workflow(
         run_context = WorkflowRunContext(model, graph_of(model), dag.dag_id)
     driver = DagRunDriver(dag, run_context, embedded, conf=state, on_progress=on_progress)
     return driver.run()
+
+
+def _quiet_known_warnings() -> None:
+    """Silence two warnings Airflow itself triggers on every in-process run (nothing a user can fix)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"Using .httpx. with .starlette\.testclient")
+    warnings.filterwarnings("ignore", message=r"Multiple rows returned with uselist=False")

@@ -1,0 +1,242 @@
+"""The ``agentloom`` command: ``validate``, ``run``, ``visualize``.
+
+Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_agentloom import __version__
+from airflow_provider_agentloom.exceptions import WorkflowValidationError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Raised for a bad command line; exits 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``agentloom`` console script."""
+    code = run_cli(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip the interpreter's teardown (seconds of garbage collection once Airflow is loaded).
+    os._exit(code)
+
+
+def run_cli(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; return the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    try:
+        result: int = args.handler(args)
+        return result
+    except UsageError as exc:
+        print(f"agentloom: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except WorkflowValidationError as exc:
+        print(f"Invalid workflow:\n{exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("agentloom: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug or an environment problem: one clear line, details on request
+        if os.environ.get("AGENTLOOM_DEBUG"):
+            raise
+        print(f"agentloom: {type(exc).__name__}: {exc} (set AGENTLOOM_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentloom", description="Validate and run AgentLoom workflows through Apache Airflow."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = commands.add_parser("validate", help="check workflow files; exit 1 if any is invalid")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.set_defaults(handler=_validate)
+
+    run = commands.add_parser("run", help="run a workflow through Airflow in-process")
+    run.add_argument("file", metavar="FILE")
+    run.add_argument(
+        "--state", "-s", action="append", default=[], metavar="KEY=VALUE", help="override a state key"
+    )
+    run.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
+    run.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE[:ATTR]",
+        help="also register the tools of this Python module (or one attribute of it)",
+    )
+    run.add_argument("--home", metavar="DIR", help="the runner's private Airflow home (default: $AGENTLOOM_HOME)")
+    run.set_defaults(handler=_run)
+
+    visualize = commands.add_parser("visualize", help="print the step graph")
+    visualize.add_argument("file", metavar="FILE")
+    visualize.add_argument("--format", "-f", choices=["ascii", "mermaid"], default="ascii")
+    visualize.set_defaults(handler=_visualize)
+    return parser
+
+
+# -- validate -----------------------------------------------------------------------------------
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from airflow_provider_agentloom.cli.render import validation_report
+    from airflow_provider_agentloom.workflow.lint import lint_workflow
+    from airflow_provider_agentloom.workflow.parser import graph_of, load_workflow
+
+    code = EXIT_OK
+    for file in args.files:
+        try:
+            workflow = load_workflow(file)
+        except WorkflowValidationError as exc:
+            print(f"invalid  {file}", file=sys.stderr)
+            for issue in exc.issues:
+                print(f"    {issue}", file=sys.stderr)
+            code = EXIT_FAILED
+            continue
+        graph = graph_of(workflow)
+        validation_report(workflow, graph, lint_workflow(workflow, graph), sys.stdout)
+    return code
+
+
+# -- visualize ----------------------------------------------------------------------------------
+
+
+def _visualize(args: argparse.Namespace) -> int:
+    from airflow_provider_agentloom.cli.render import ascii_graph, mermaid
+    from airflow_provider_agentloom.workflow.parser import graph_of, load_workflow
+
+    graph = graph_of(load_workflow(args.file))
+    print(mermaid(graph) if args.format == "mermaid" else ascii_graph(graph))
+    return EXIT_OK
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    from airflow_provider_agentloom.workflow.parser import load_workflow
+
+    if not Path(args.file).is_file():
+        raise UsageError(f"no such workflow file: {args.file}")
+    workflow = load_workflow(args.file)
+    overrides = parse_state_overrides(args.state, workflow.state)
+    tools = [tool for spec in args.tools for tool in load_tools(spec)]
+
+    from airflow_provider_agentloom.cli.render import progress_line, summary_line
+    from airflow_provider_agentloom.runner import run_workflow
+
+    def on_progress(result: Any, event: str) -> None:
+        print(progress_line(result, event), file=sys.stderr, flush=True)
+
+    print(f"Running workflow: {workflow.name}", file=sys.stderr, flush=True)
+    with _stdout_to_stderr(args.json):
+        result = run_workflow(workflow, tools=tools, state=overrides, home=args.home, on_progress=on_progress)
+    print(summary_line(result), file=sys.stderr)
+    if args.json:
+        print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
+    return EXIT_OK if result.status.value in ("success", "paused") else EXIT_FAILED
+
+
+def _json_document(result: Any) -> dict[str, Any]:
+    document: dict[str, Any] = result.model_dump(mode="json")
+    for step in document["step_results"].values():
+        step.pop("step_id", None)
+    return document
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(enabled: bool) -> Iterator[None]:
+    """While the run lasts, send anything written to stdout (Airflow's logs, say) to stderr."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def parse_state_overrides(pairs: Sequence[str], state: dict[str, Any]) -> dict[str, Any]:
+    """Turn ``KEY=VALUE`` pairs into state overrides, typed like the workflow's own state values.
+
+    A key whose initial value is a string (or a new key) takes the text as it is, as upstream
+    does; a key holding a number, boolean, list or mapping takes the value as JSON.
+    """
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--state expects KEY=VALUE, got {pair!r}")
+        current = state.get(key)
+        if key not in state or current is None or isinstance(current, str):
+            overrides[key] = text
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise UsageError(
+                f"--state {key}: expected a JSON {type(current).__name__} like the workflow's "
+                f"{json.dumps(current)[:40]}, got {text!r}"
+            ) from None
+        if not _same_kind(value, current):
+            raise UsageError(f"--state {key}: expected a {type(current).__name__}, got {type(value).__name__}")
+        overrides[key] = value
+    return overrides
+
+
+def _same_kind(value: Any, current: Any) -> bool:
+    if isinstance(current, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(current, bool)
+    if isinstance(current, (int, float)):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(current))
+
+
+def load_tools(spec: str) -> list[Any]:
+    """Import ``module[:attr]`` and return its tools (every tool in the module when no attr is given)."""
+    from airflow_provider_agentloom.tools.base import BaseTool
+    from airflow_provider_agentloom.tools.registry import tools_from_object
+
+    module_name, _, attr = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--tools {spec}: cannot import {module_name!r}: {exc}") from None
+    if attr:
+        if not hasattr(module, attr):
+            raise UsageError(f"--tools {spec}: module {module_name!r} has no attribute {attr!r}")
+        try:
+            return tools_from_object(getattr(module, attr))
+        except TypeError as exc:
+            raise UsageError(f"--tools {spec}: {exc}") from None
+    found = [value for value in vars(module).values() if isinstance(value, BaseTool)]
+    if not found:
+        raise UsageError(f"--tools {spec}: module {module_name!r} defines no tools")
+    return found

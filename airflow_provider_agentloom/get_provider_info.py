@@ -1,0 +1,90 @@
+"""``get_provider_info``: what Airflow's providers manager reads about this provider (no imports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_agentloom import __version__
+
+CONN_TYPE = "agentloom_llm"
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Return the provider metadata Airflow discovers through the ``apache_airflow_provider`` entry point."""
+    return {
+        "package-name": "airflow-provider-agentloom",
+        "name": "AgentLoom",
+        "description": "Run AgentLoom LLM workflows (YAML) as Airflow DAGs, one task per step.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "AgentLoom",
+                "external-doc-url": "https://github.com/agentloom/airflow-provider-agentloom#readme",
+                "tags": ["ai"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "AgentLoom",
+                "python-modules": [
+                    "airflow_provider_agentloom.operators.tool",
+                    "airflow_provider_agentloom.operators.llm",
+                    "airflow_provider_agentloom.operators.router",
+                ],
+            }
+        ],
+        "hooks": [{"integration-name": "AgentLoom", "python-modules": ["airflow_provider_agentloom.hooks.llm"]}],
+        "connection-types": [
+            {
+                "connection-type": CONN_TYPE,
+                "hook-class-name": "airflow_provider_agentloom.hooks.llm.AgentLoomLLMHook",
+                "hook-name": "AgentLoom LLM",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "port", "login", "extra"],
+                    "relabeling": {"password": "API Key", "host": "Base URL"},
+                    "placeholders": {
+                        "host": "https://api.openai.com/v1 (leave empty for the vendor's default)",
+                        "password": "sk-...",
+                    },
+                },
+                "conn-fields": {
+                    "vendor": {
+                        "label": "Vendor",
+                        "description": "Wire format of the API: openai (also vLLM, llama.cpp, LM Studio), "
+                        "anthropic, google, ollama or mock.",
+                        "schema": {
+                            "type": ["string", "null"],
+                            "enum": ["openai", "anthropic", "google", "ollama", "mock", None],
+                            "default": "openai",
+                        },
+                    },
+                    "default_model": {
+                        "label": "Default model",
+                        "description": "Model used by steps that name none (overrides config.model).",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "extra_headers": {
+                        "label": "Extra headers",
+                        "description": "JSON object of HTTP headers sent with every request.",
+                        "schema": {"type": ["object", "null"]},
+                    },
+                },
+            }
+        ],
+        "config": {
+            "agentloom": {
+                "description": "Settings of the AgentLoom provider.",
+                "options": {
+                    "working_dir": {
+                        "description": "The directory built-in tools run from in Airflow tasks ('the directory "
+                        "you run from'); sandbox paths are resolved against it. {dag_id} and {run_id} are "
+                        "filled in. A workflow's config.airflow.working_dir wins. Never the dags folder.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/data/agentloom/{dag_id}",
+                        "default": None,
+                    },
+                },
+            }
+        },
+    }

@@ -1,0 +1,5 @@
+"""Airflow DAG loader: every AgentLoom workflow YAML in this folder becomes a DAG."""
+
+from airflow_provider_agentloom.loader import load_workflows
+
+load_workflows(globals())
