@@ -19,7 +19,7 @@ _LAZY: dict[str, str] = {
     "load_workflows": "airflow_provider_agentloom.loader",
     "run_workflow": "airflow_provider_agentloom.runner",
     "RunResult": "airflow_provider_agentloom.workflow.results",
-    "WorkflowEngine": "airflow_provider_agentloom.runner.engine",
+    "WorkflowEngine": "airflow_provider_agentloom.runner.api",
 }
 
 __all__ = sorted([*_LAZY, "__version__"])
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.dag_factory import build_dag as build_dag
     from airflow_provider_agentloom.loader import load_workflows as load_workflows
     from airflow_provider_agentloom.runner import run_workflow as run_workflow
-    from airflow_provider_agentloom.runner.engine import WorkflowEngine as WorkflowEngine
+    from airflow_provider_agentloom.runner.api import WorkflowEngine as WorkflowEngine
     from airflow_provider_agentloom.workflow.models import Workflow as Workflow
     from airflow_provider_agentloom.workflow.parser import WorkflowParser as WorkflowParser
     from airflow_provider_agentloom.workflow.parser import load_workflow as load_workflow

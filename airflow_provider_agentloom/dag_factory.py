@@ -7,7 +7,7 @@ dags folder and at every task start on the workers.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param
@@ -20,7 +20,7 @@ from airflow_provider_agentloom.workflow.models import StepModel, Workflow
 from airflow_provider_agentloom.workflow.parser import graph_of
 
 TAG = "agentloom"
-_DEFAULT_START = datetime(2024, 1, 1, tzinfo=timezone.utc)
+_DEFAULT_START = datetime(2024, 1, 1, tzinfo=UTC)
 
 _JSON_TYPES: dict[type, str] = {
     bool: "boolean",
@@ -51,8 +51,17 @@ def build_dag(
     working_dir: str | None = None,
     discover_tools: bool = True,
     fileloc: str | None = None,
+    run_context_options: dict[str, Any] | None = None,
 ) -> DAG:
-    """Build the DAG of ``workflow``: one task per step, ``depends_on`` and implicit read edges."""
+    """Build the DAG of ``workflow``: one task per step, ``depends_on`` and implicit read edges.
+
+    :param workflow: the parsed workflow.
+    :param tools: custom tools its tool steps may call, besides the built-ins.
+    :param working_dir: the directory built-in tools run from (see ``WorkflowRunContext``).
+    :param discover_tools: also register tools from the ``agentloom.tools`` entry points.
+    :param fileloc: the DAG file to report (the runner's stub file).
+    :param run_context_options: more ``WorkflowRunContext`` fields (registry, gateway).
+    """
     graph = graph_of(workflow)
     dag_id = dag_id_for(workflow)
     task_ids = _task_ids(workflow)
@@ -64,6 +73,7 @@ def build_dag(
         working_dir=working_dir,
         discover_tools=discover_tools,
         task_ids=task_ids,
+        **(run_context_options or {}),
     )
     dag = DAG(dag_id=dag_id, **_dag_kwargs(workflow))
     if fileloc is not None:
@@ -96,7 +106,8 @@ def _task_ids(workflow: Workflow) -> dict[str, str]:
                     workflow.source_path or "<string>",
                     None,
                     f"steps[{index}].id",
-                    f"step ids {owners[task_id]!r} and {step.id!r} both become the Airflow task id {task_id!r}",
+                    f"step ids {owners[task_id]!r} and {step.id!r} both become the Airflow task id "
+                    f"{task_id!r}",
                 )
             )
         owners[task_id] = step.id
@@ -182,5 +193,5 @@ def _as_datetime(value: date | datetime | None) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime(value.year, value.month, value.day, tzinfo=UTC)

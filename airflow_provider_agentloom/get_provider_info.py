@@ -33,7 +33,9 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
-        "hooks": [{"integration-name": "AgentLoom", "python-modules": ["airflow_provider_agentloom.hooks.llm"]}],
+        "hooks": [
+            {"integration-name": "AgentLoom", "python-modules": ["airflow_provider_agentloom.hooks.llm"]}
+        ],
         "connection-types": [
             {
                 "connection-type": CONN_TYPE,
@@ -76,9 +78,10 @@ def get_provider_info() -> dict[str, Any]:
                 "description": "Settings of the AgentLoom provider.",
                 "options": {
                     "working_dir": {
-                        "description": "The directory built-in tools run from in Airflow tasks ('the directory "
-                        "you run from'); sandbox paths are resolved against it. {dag_id} and {run_id} are "
-                        "filled in. A workflow's config.airflow.working_dir wins. Never the dags folder.",
+                        "description": "The directory built-in tools run from in Airflow tasks "
+                        "('the directory you run from'); sandbox paths are resolved against it. "
+                        "{dag_id} and {run_id} are filled in. A workflow's config.airflow.working_dir "
+                        "wins. Never the dags folder.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "/data/agentloom/{dag_id}",

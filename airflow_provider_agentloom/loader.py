@@ -127,7 +127,11 @@ def _workflow_files(root: Path, patterns: tuple[str, ...], recursive: bool) -> l
     found: set[Path] = set()
     for pattern in patterns:
         found.update(root.rglob(pattern) if recursive else root.glob(pattern))
-    return sorted(p for p in found if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    return sorted(
+        p
+        for p in found
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
 
 
 def _parsing_context_dag_id() -> str | None:
@@ -140,7 +144,7 @@ def _parsing_context_dag_id() -> str | None:
 
 
 def scan_dag_id(text: str) -> str | None:
-    """Read the DAG id a workflow file will get from its ``name:`` (or ``dag_id:``) line, without parsing it."""
+    """Read a workflow file's DAG id from its ``name:`` (or ``dag_id:``) line, without parsing the file."""
     from airflow_provider_agentloom.operators.context import safe_id
 
     override = _DAG_ID_LINE.search(text)
@@ -268,7 +272,9 @@ def _placeholder_dag(path: Path, message: str, taken: set[str]) -> DAG:
         description=f"Invalid workflow file: {first_line}"[:1000],
         doc_md=f"# Invalid workflow file\n\n`{path}` does not load:\n\n```\n{message}\n```\n",
     )
-    InvalidWorkflowOperator(task_id="invalid_workflow", message=message, dag=dag, doc_md=f"```\n{message}\n```")
+    InvalidWorkflowOperator(
+        task_id="invalid_workflow", message=message, dag=dag, doc_md=f"```\n{message}\n```"
+    )
     return dag
 
 

@@ -56,7 +56,10 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug or an environment problem: one clear line, details on request
         if os.environ.get("AGENTLOOM_DEBUG"):
             raise
-        print(f"agentloom: {type(exc).__name__}: {exc} (set AGENTLOOM_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"agentloom: {type(exc).__name__}: {exc} (set AGENTLOOM_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
 
 
@@ -84,7 +87,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE[:ATTR]",
         help="also register the tools of this Python module (or one attribute of it)",
     )
-    run.add_argument("--home", metavar="DIR", help="the runner's private Airflow home (default: $AGENTLOOM_HOME)")
+    run.add_argument(
+        "--home", metavar="DIR", help="the runner's private Airflow home (default: $AGENTLOOM_HOME)"
+    )
     run.set_defaults(handler=_run)
 
     visualize = commands.add_parser("visualize", help="print the step graph")
@@ -204,7 +209,9 @@ def parse_state_overrides(pairs: Sequence[str], state: dict[str, Any]) -> dict[s
                 f"{json.dumps(current)[:40]}, got {text!r}"
             ) from None
         if not _same_kind(value, current):
-            raise UsageError(f"--state {key}: expected a {type(current).__name__}, got {type(value).__name__}")
+            raise UsageError(
+                f"--state {key}: expected a {type(current).__name__}, got {type(value).__name__}"
+            )
         overrides[key] = value
     return overrides
 

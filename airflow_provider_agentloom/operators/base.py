@@ -49,7 +49,7 @@ class AgentLoomStepOperator(BaseOperator):
     """
 
     ui_color = "#e8f0fe"
-    shallow_copy_attrs: ClassVar[tuple[str, ...]] = ("step", "run_context")
+    shallow_copy_attrs = ("step", "run_context")
     step_type: ClassVar[str] = ""
 
     def __init__(self, *, step: StepModel, run_context: WorkflowRunContext, **kwargs: Any) -> None:
@@ -123,7 +123,9 @@ class AgentLoomStepOperator(BaseOperator):
 
     def warn_missing(self, placeholder: str) -> None:
         """Log a template placeholder that named a missing key (it renders as an empty string)."""
-        self.log.warning("Step %s: %s is not in the state; it renders as an empty string", self.step.id, placeholder)
+        self.log.warning(
+            "Step %s: %s is not in the state; it renders as an empty string", self.step.id, placeholder
+        )
 
     def _push_meta(self, context: Context, meta: StepMeta, started: float) -> None:
         meta.duration_ms = round((time.monotonic() - started) * 1000, 3)

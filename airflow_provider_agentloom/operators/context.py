@@ -11,6 +11,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
@@ -39,6 +40,10 @@ class WorkflowRunContext:
         ``{run_id}`` are filled in. None means ``config.airflow.working_dir``, then the provider's
         ``[agentloom] working_dir`` option, then a folder under the system temp dir.
     :param discover_tools: also load tools from the ``agentloom.tools`` entry-point group.
+    :param tool_registry: a registry to use as it is (the Python API's ``WorkflowEngine``),
+        instead of the built-ins under the workflow's sandbox plus ``tools``.
+    :param provider_gateway: the model gateway of LLM steps (None: built from connections).
+    :param require_registry: fail tool steps when no ``tool_registry`` was given (upstream's engine).
     """
 
     workflow: Workflow
@@ -48,6 +53,9 @@ class WorkflowRunContext:
     working_dir: str | None = None
     discover_tools: bool = True
     task_ids: dict[str, str] = field(default_factory=dict)
+    tool_registry: ToolRegistry | None = None
+    provider_gateway: Any = None
+    require_registry: bool = False
 
     def task_id(self, step_id: str) -> str:
         """The Airflow task id of a step."""
@@ -66,6 +74,12 @@ class WorkflowRunContext:
         from airflow_provider_agentloom.tools.builtins import register_builtins
         from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 
+        if self.tool_registry is not None:
+            return self.tool_registry
+        if self.require_registry:
+            from airflow_provider_agentloom.exceptions import StepError
+
+            raise StepError("this run has no tool registry: pass tool_registry= to WorkflowEngine")
         registry = ToolRegistry()
         sandbox = ToolSandbox(**self.workflow.config.sandbox.model_dump(), base_dir=base_dir)
         register_builtins(registry, sandbox=sandbox, base_dir=base_dir)

@@ -23,7 +23,8 @@ def operator_for(step: StepModel) -> type[AgentLoomStepOperator]:
                     "<workflow>",
                     None,
                     f"steps[{step.id}].type",
-                    f"step type {str(step.type)!r} cannot run in Airflow yet with this version of the provider",
+                    f"step type {str(step.type)!r} cannot run in Airflow yet with this version "
+                    "of the provider",
                 )
             ]
         )

@@ -36,6 +36,8 @@ class ToolStepOperator(AgentLoomStepOperator):
         arguments = resolve_value(step.tool_args, state, self.warn_missing)
         base_dir = self.run_context.resolve_working_dir(context["run_id"])
         registry = self.run_context.build_registry(base_dir)
-        self.log.info("Calling tool %s with arguments %s (from %s)", step.tool_name, sorted(arguments), base_dir)
+        self.log.info(
+            "Calling tool %s with arguments %s (from %s)", step.tool_name, sorted(arguments), base_dir
+        )
         output = anyio.run(invoke_tool, registry, step.tool_name, arguments)
         return StepOutcome(output=output, extra={"tool_name": step.tool_name})

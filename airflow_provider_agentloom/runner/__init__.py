@@ -27,6 +27,7 @@ def run_workflow(
     home: str | os.PathLike[str] | None = None,
     working_dir: str | os.PathLike[str] | None = None,
     on_progress: Any = None,
+    run_context_options: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run a workflow through Airflow in this process and return its result.
 
@@ -51,15 +52,20 @@ def run_workflow(
         tools=tools,
         working_dir=str(Path(working_dir or os.getcwd()).resolve()),
         discover_tools=False,
+        run_context_options=run_context_options,
     )
-    run_context = next(iter(dag.task_dict.values())).run_context if dag.task_dict else None
-    if run_context is None:
-        from airflow_provider_agentloom.operators.context import WorkflowRunContext
-        from airflow_provider_agentloom.workflow.parser import graph_of
-
-        run_context = WorkflowRunContext(model, graph_of(model), dag.dag_id)
+    run_context = _run_context_of(dag, model)
     driver = DagRunDriver(dag, run_context, embedded, conf=state, on_progress=on_progress)
     return driver.run()
+
+
+def _run_context_of(dag: Any, workflow: Workflow) -> Any:
+    from airflow_provider_agentloom.operators.context import WorkflowRunContext
+    from airflow_provider_agentloom.workflow.parser import graph_of
+
+    for task in dag.task_dict.values():
+        return task.run_context
+    return WorkflowRunContext(workflow, graph_of(workflow), dag.dag_id)
 
 
 def _quiet_known_warnings() -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STUB_NAME = "agentloom_run_dag.py"
-_STUB = '''"""An Airflow DAG file written by `agentloom run`: it serves the DAG being run to its task processes."""
+_STUB = '''"""Airflow DAG file written by `agentloom run`: serves the DAG being run to its task processes."""
 
 from airflow_provider_agentloom.runner.engine import serve_current_dag
 

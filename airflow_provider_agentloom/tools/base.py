@@ -25,7 +25,7 @@ class BaseTool:
 
     name: str = ""
     description: str = ""
-    parameters_schema: JSONSchema = {"type": "object", "properties": {}}  # noqa: RUF012
+    parameters_schema: JSONSchema = {"type": "object", "properties": {}}
 
     async def execute(self, **kwargs: Any) -> Any:
         """Run the tool with its arguments and return a JSON-serialisable value."""
@@ -50,7 +50,7 @@ class FunctionTool(BaseTool):
     async def execute(self, **kwargs: Any) -> Any:
         if self._is_async:
             return await self.func(**kwargs)
-        return await anyio.to_thread.run_sync(lambda: self.func(**kwargs))
+        return await anyio.to_thread.run_sync(lambda: self.func(**kwargs), abandon_on_cancel=True)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped function directly, so a decorated function stays usable in Python."""
@@ -71,19 +71,21 @@ def json_schema_for(annotation: Any) -> JSONSchema:
     args = get_args(annotation)
     if origin in (Union, types.UnionType):
         members = [a for a in args if a is not type(None)]
-        schema = json_schema_for(members[0]) if len(members) == 1 else {"anyOf": [json_schema_for(m) for m in members]}
-        if type(None) in args:
-            schema = _nullable(schema)
-        return schema
+        union: JSONSchema = (
+            json_schema_for(members[0])
+            if len(members) == 1
+            else {"anyOf": [json_schema_for(m) for m in members]}
+        )
+        return _nullable(union) if type(None) in args else union
     if origin in (list, tuple, set, frozenset):
         item = args[0] if args else Any
         return {"type": "array", "items": json_schema_for(item)} if item is not Any else {"type": "array"}
     if origin is dict:
         value = args[1] if len(args) == 2 else Any
-        schema: JSONSchema = {"type": "object"}
+        mapping: JSONSchema = {"type": "object"}
         if value is not Any:
-            schema["additionalProperties"] = json_schema_for(value)
-        return schema
+            mapping["additionalProperties"] = json_schema_for(value)
+        return mapping
     if origin is typing.Literal:
         return {"enum": list(args)}
     return {"type": "string"}

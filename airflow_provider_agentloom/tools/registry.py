@@ -1,4 +1,4 @@
-"""``ToolRegistry``: the tools a run may call, by name; discovery from the ``agentloom.tools`` entry points."""
+"""``ToolRegistry``: the tools a run may call, by name; discovery from ``agentloom.tools`` entry points."""
 
 from __future__ import annotations
 

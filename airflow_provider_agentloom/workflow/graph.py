@@ -25,7 +25,6 @@ from airflow_provider_agentloom.workflow.models import (
 )
 from airflow_provider_agentloom.workflow.templates import (
     WHOLE_VALUE_RE,
-    Placeholder,
     find_placeholders,
     iter_strings,
     parse_path,
@@ -105,69 +104,68 @@ def output_key(step: StepModel) -> str | None:
     return str(first[0]) if first else step.output
 
 
-def step_reads(step: StepModel, known_keys: frozenset[str]) -> StepReads:
-    """Work out what ``step`` reads from the state."""
-    keys: set[str] = set()
-    ids: set[str] = set()
-    whole = False
+class _ReadCollector:
+    """Accumulates the keys and step ids that templates, arguments and expressions read."""
 
-    def add_placeholders(template: str) -> None:
-        for placeholder in find_placeholders(template, lambda key: key in known_keys):
-            _add_placeholder(placeholder, keys, ids)
+    def __init__(self, known_keys: frozenset[str]) -> None:
+        self.known_keys = known_keys
+        self.keys: set[str] = set()
+        self.ids: set[str] = set()
+        self.whole = False
 
-    if isinstance(step, ToolStep):
-        for text in iter_strings(step.tool_args):
+    def template(self, text: str | None) -> None:
+        for placeholder in find_placeholders(text or "", lambda key: key in self.known_keys):
+            if placeholder.root == "steps":
+                self.ids.update(str(part) for part in placeholder.parts[:1])
+            else:
+                self.path(placeholder.parts)
+
+    def arguments(self, value: object) -> None:
+        """Strings at any depth: a whole-value ``state.x`` or a template."""
+        for text in iter_strings(value):
             whole_value = WHOLE_VALUE_RE.fullmatch(text)
             if whole_value is not None:
-                _add_path(parse_path(whole_value.group(1)), keys, ids)
+                self.path(parse_path(whole_value.group(1)))
             else:
-                add_placeholders(text)
-    elif isinstance(step, (LLMCallStep, AgentStep)):
-        for text in (step.prompt, step.system_prompt):
-            if text:
-                add_placeholders(text)
-        if isinstance(step, LLMCallStep):
-            for attachment in step.attachments:
-                add_placeholders(attachment.source)
-    elif isinstance(step, RouterStep):
+                self.template(text)
+
+    def path(self, parts: list[str | int]) -> None:
+        if len(parts) > 1 and parts[0] == "steps":
+            self.ids.add(str(parts[1]))
+        elif parts:
+            self.keys.add(str(parts[0]))
+
+    def expression(self, text: str) -> None:
         from airflow_provider_agentloom.workflow.expressions import compile_expression
 
+        reads = compile_expression(text).reads
+        self.keys |= reads.state_keys
+        self.ids |= reads.step_ids
+        self.whole = self.whole or reads.whole_state
+
+
+def step_reads(step: StepModel, known_keys: frozenset[str]) -> StepReads:
+    """Work out what ``step`` reads from the state."""
+    reads = _ReadCollector(known_keys)
+    if isinstance(step, ToolStep):
+        reads.arguments(step.tool_args)
+    elif isinstance(step, (LLMCallStep, AgentStep)):
+        reads.template(step.prompt)
+        reads.template(step.system_prompt)
+        if isinstance(step, LLMCallStep):
+            for attachment in step.attachments:
+                reads.template(attachment.source)
+    elif isinstance(step, RouterStep):
         for condition in step.conditions:
-            reads = compile_expression(condition.expression).reads
-            keys |= reads.state_keys
-            ids |= reads.step_ids
-            whole = whole or reads.whole_state
+            reads.expression(condition.expression)
     elif isinstance(step, SubworkflowStep):
         if step.isolated_state:
-            for text in iter_strings(step.input):
-                whole_value = WHOLE_VALUE_RE.fullmatch(text)
-                if whole_value is not None:
-                    _add_path(parse_path(whole_value.group(1)), keys, ids)
-                else:
-                    add_placeholders(text)
+            reads.arguments(step.input)
         else:
-            whole = True
-    elif isinstance(step, ApprovalGateStep) and step.notify and step.notify.body_template:
-        add_placeholders(step.notify.body_template)
-    return StepReads(frozenset(keys), frozenset(ids), whole)
-
-
-def _add_placeholder(placeholder: Placeholder, keys: set[str], ids: set[str]) -> None:
-    parts = placeholder.parts
-    if placeholder.root == "steps":
-        if parts:
-            ids.add(str(parts[0]))
-    else:
-        _add_path(parts, keys, ids)
-
-
-def _add_path(parts: list[str | int], keys: set[str], ids: set[str]) -> None:
-    if not parts:
-        return
-    if parts[0] == "steps" and len(parts) > 1:
-        ids.add(str(parts[1]))
-    else:
-        keys.add(str(parts[0]))
+            reads.whole = True
+    elif isinstance(step, ApprovalGateStep) and step.notify:
+        reads.template(step.notify.body_template)
+    return StepReads(frozenset(reads.keys), frozenset(reads.ids), reads.whole)
 
 
 def _suggest(name: str, choices: Iterable[str]) -> str | None:
@@ -191,7 +189,9 @@ def _check_references(workflow: Workflow) -> list[GraphIssue]:
     for index, step in enumerate(workflow.steps):
         for pos, dep in enumerate(step.depends_on):
             if dep == step.id:
-                issues.append(GraphIssue(f"steps[{index}].depends_on[{pos}]", f"step {step.id!r} depends on itself"))
+                issues.append(
+                    GraphIssue(f"steps[{index}].depends_on[{pos}]", f"step {step.id!r} depends on itself")
+                )
             elif dep not in seen:
                 issues.append(
                     GraphIssue(
@@ -286,28 +286,7 @@ def _add_implicit_edges(graph: StepGraph) -> None:
     ancestors: dict[str, set[str]] = {}
     for reader in graph.order:  # parents always come earlier in upstream order
         known = set(parents[reader]).union(*(ancestors[p] for p in parents[reader]))
-        read = graph.reads[reader]
-        layer = graph.layers[reader]
-        wanted: dict[str, list[str]] = {}
-        if read.whole_state:
-            for sid in graph.steps:
-                if graph.layers[sid] < layer:
-                    wanted.setdefault(sid, []).append("*")
-        for key in sorted(read.state_keys):
-            for writer in writers.get(key, ()):
-                if writer == reader:
-                    continue
-                if graph.layers[writer] < layer:
-                    wanted.setdefault(writer, []).append(key)
-                else:
-                    graph.unseen_reads.append((reader, writer, key))
-        for sid in sorted(read.step_ids):
-            if sid not in graph.steps or sid == reader:
-                continue
-            if graph.layers[sid] < layer:
-                wanted.setdefault(sid, []).append(f"steps.{sid}")
-            else:
-                graph.unseen_reads.append((reader, sid, f"steps.{sid}"))
+        wanted = _visible_writers(graph, reader, writers)
         for writer in sorted(wanted, key=graph.sort_key):
             if writer not in known:
                 parents[reader].append(writer)
@@ -316,3 +295,33 @@ def _add_implicit_edges(graph: StepGraph) -> None:
         ancestors[reader] = known
     graph.parents = {sid: tuple(p) for sid, p in parents.items()}
     graph.ancestors = {sid: tuple(sorted(a, key=graph.sort_key)) for sid, a in ancestors.items()}
+
+
+def _visible_writers(graph: StepGraph, reader: str, writers: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Earlier-layer steps whose writes ``reader`` reads, with what it reads of each.
+
+    Writers in the same or a later layer are recorded in ``graph.unseen_reads``: upstream's
+    reader never sees their value, and neither does ours.
+    """
+    read = graph.reads[reader]
+    layer = graph.layers[reader]
+    wanted: dict[str, list[str]] = {}
+
+    def consider(writer: str, what: str) -> None:
+        if writer == reader or writer not in graph.steps:
+            return
+        if graph.layers[writer] < layer:
+            wanted.setdefault(writer, []).append(what)
+        else:
+            graph.unseen_reads.append((reader, writer, what))
+
+    if read.whole_state:
+        for sid in graph.steps:
+            if graph.layers[sid] < layer:
+                wanted.setdefault(sid, []).append("*")
+    for key in sorted(read.state_keys):
+        for writer in writers.get(key, ()):
+            consider(writer, key)
+    for sid in sorted(read.step_ids):
+        consider(sid, f"steps.{sid}")
+    return wanted

@@ -42,13 +42,25 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
 
     for i, step in enumerate(workflow.steps):
         if isinstance(step, ToolStep) and not step.tool_name:
-            add("warning", ("steps", i), f"tool step {step.id!r} has no tool_name: it fails when the run reaches it")
+            add(
+                "warning",
+                ("steps", i),
+                f"tool step {step.id!r} has no tool_name: it fails when the run reaches it",
+            )
         if isinstance(step, LLMCallStep) and not step.prompt:
-            add("warning", ("steps", i), f"llm_call step {step.id!r} has no prompt: it fails when the run reaches it")
+            add(
+                "warning",
+                ("steps", i),
+                f"llm_call step {step.id!r} has no prompt: it fails when the run reaches it",
+            )
         for field, text in _templates(step):
             problem = check_template(text)
             if problem is not None:
-                add("warning", ("steps", i, field), f"{problem}; step {step.id!r} fails when the run reaches it")
+                add(
+                    "warning",
+                    ("steps", i, field),
+                    f"{problem}; step {step.id!r} fails when the run reaches it",
+                )
     for edge in graph.implicit_edges:
         keys = ", ".join(edge.keys)
         add(
@@ -66,7 +78,11 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
         )
     if not workflow.config.strict_outputs:
         for a, b, key, index_b in output_collisions(workflow, graph):
-            add("warning", ("steps", index_b, "output"), f"steps {a!r} and {b!r} may run at the same time and both write {key!r}")
+            add(
+                "warning",
+                ("steps", index_b, "output"),
+                f"steps {a!r} and {b!r} may run at the same time and both write {key!r}",
+            )
     return findings
 
 
@@ -74,7 +90,11 @@ def _templates(step: object) -> list[tuple[str, str]]:
     if isinstance(step, ToolStep):
         return [("tool_args", text) for text in iter_strings(step.tool_args)]
     if isinstance(step, (LLMCallStep, AgentStep)):
-        return [(name, text) for name, text in (("prompt", step.prompt), ("system_prompt", step.system_prompt)) if text]
+        return [
+            (name, text)
+            for name, text in (("prompt", step.prompt), ("system_prompt", step.system_prompt))
+            if text
+        ]
     if isinstance(step, ApprovalGateStep) and step.notify and step.notify.body_template:
         return [("notify", step.notify.body_template)]
     return []

@@ -38,7 +38,7 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping",
@@ -58,7 +58,9 @@ def load_workflow(path: str | os.PathLike[str]) -> Workflow:
     except FileNotFoundError:
         raise WorkflowValidationError([ValidationIssue(str(path), None, "", "file not found")]) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise WorkflowValidationError([ValidationIssue(str(path), None, "", f"cannot read file: {exc}")]) from None
+        raise WorkflowValidationError(
+            [ValidationIssue(str(path), None, "", f"cannot read file: {exc}")]
+        ) from None
     return parse_workflow_text(text, source=str(path))
 
 
@@ -70,14 +72,16 @@ def parse_workflow_text(text: str, source: str = "<string>") -> Workflow:
 
 def _load_yaml(text: str, source: str) -> Any:
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader subclass
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: TID251 - a safe loader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         detail = " ".join(str(part) for part in (exc.context, exc.problem) if part)
         if str(exc.problem).startswith("found duplicate key"):
             detail = f"{exc.problem}: YAML would silently keep only the last one"
-        raise WorkflowValidationError([ValidationIssue(source, line, "", f"YAML syntax error: {detail}")]) from None
+        raise WorkflowValidationError(
+            [ValidationIssue(source, line, "", f"YAML syntax error: {detail}")]
+        ) from None
     except yaml.YAMLError as exc:
         raise WorkflowValidationError([ValidationIssue(source, None, "", f"YAML error: {exc}")]) from None
 
@@ -110,7 +114,10 @@ class _Validator:
             graph = build_graph(workflow)
         except GraphError as exc:
             raise WorkflowValidationError(
-                [self.issue(prefix + _split_key_path(i.key_path), i.message, i.suggestion) for i in exc.issues]
+                [
+                    self.issue(prefix + _split_key_path(i.key_path), i.message, i.suggestion)
+                    for i in exc.issues
+                ]
             ) from None
         workflow._graph = graph
         if workflow.config.strict_outputs:
@@ -161,7 +168,9 @@ class _Validator:
                 break
         return line
 
-    def _pydantic_issues(self, exc: ValidationError, data: Mapping[str, Any], prefix: Loc) -> list[ValidationIssue]:
+    def _pydantic_issues(
+        self, exc: ValidationError, data: Mapping[str, Any], prefix: Loc
+    ) -> list[ValidationIssue]:
         issues: list[ValidationIssue] = []
         seen: set[Loc] = set()
         for err in exc.errors(include_url=False):
@@ -193,18 +202,24 @@ class _Validator:
                         issues.append(self.issue(loc, str(exc)))
         return issues
 
-    def _resolve_subworkflows(self, workflow: Workflow, data: Mapping[str, Any], prefix: Loc) -> list[ValidationIssue]:
+    def _resolve_subworkflows(
+        self, workflow: Workflow, data: Mapping[str, Any], prefix: Loc
+    ) -> list[ValidationIssue]:
         issues: list[ValidationIssue] = []
         for index, step in enumerate(workflow.steps):
             if not isinstance(step, SubworkflowStep):
                 continue
             loc = (*prefix, "steps", index)
             if (step.workflow_path is None) == (step.workflow_inline is None):
-                issues.append(self.issue(loc, "a subworkflow needs exactly one of workflow_path or workflow_inline"))
+                issues.append(
+                    self.issue(loc, "a subworkflow needs exactly one of workflow_path or workflow_inline")
+                )
                 continue
             try:
                 if step.workflow_inline is not None:
-                    step._child = self.validate(data["steps"][index]["workflow_inline"], (*loc, "workflow_inline"))
+                    step._child = self.validate(
+                        data["steps"][index]["workflow_inline"], (*loc, "workflow_inline")
+                    )
                 else:
                     step._child = self._load_child(str(step.workflow_path), (*loc, "workflow_path"))
             except WorkflowValidationError as exc:

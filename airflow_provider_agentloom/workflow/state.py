@@ -20,7 +20,9 @@ class StateWriteError(StepError):
         super().__init__(message, retryable=retryable)
 
 
-def initial_state(workflow_state: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def initial_state(
+    workflow_state: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Return a private copy of the workflow's ``state:`` with run overrides (params, conf) applied."""
     state = copy.deepcopy(dict(workflow_state))
     if overrides:
@@ -43,9 +45,8 @@ def write_output(state: dict[str, Any], path: str, value: Any) -> None:
         else:
             raise StateWriteError(f"cannot write output {path!r}: {part!r} is not a mapping or a valid index")
     last = parts[-1]
-    if isinstance(target, dict):
-        target[last] = value
-    elif isinstance(target, list) and isinstance(last, int) and -len(target) <= last < len(target):
+    in_list = isinstance(target, list) and isinstance(last, int) and -len(target) <= last < len(target)
+    if isinstance(target, dict) or in_list:
         target[last] = value
     else:
         raise StateWriteError(f"cannot write output {path!r}: the parent is a {type(target).__name__}")
@@ -77,15 +78,11 @@ def state_sources(graph: StepGraph, step_id: str) -> tuple[str, ...]:
     from airflow_provider_agentloom.workflow.graph import output_key
 
     return tuple(
-        sid
-        for sid in ancestors
-        if sid in reads.step_ids or output_key(graph.steps[sid]) in reads.state_keys
+        sid for sid in ancestors if sid in reads.step_ids or output_key(graph.steps[sid]) in reads.state_keys
     )
 
 
-def rebuild_state(
-    base: Mapping[str, Any], results: Iterable[tuple[str, str | None, Any]]
-) -> dict[str, Any]:
+def rebuild_state(base: Mapping[str, Any], results: Iterable[tuple[str, str | None, Any]]) -> dict[str, Any]:
     """Apply ``(step_id, output_path, value)`` results in order on a copy of ``base``."""
     state = copy.deepcopy(dict(base))
     for step_id, output_path, value in results:

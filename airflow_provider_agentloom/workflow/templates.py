@@ -4,7 +4,7 @@ Rules (seed page, then upstream, then what users expect):
 
 - Only ``{state.…}``, ``{steps.…}`` and ``{key}`` for a top-level state key are placeholders.
   Any other brace text (literal JSON in a ``content``, say) stays as written; ``{{``/``}}`` give
-  single braces.
+  single braces (a ``}}`` with no ``{{`` before it, as nested JSON ends, stays as written).
 - A ``{state.`` or ``{steps.`` that does not close into a valid path (``{state.x``) is broken
   braces: :class:`~airflow_provider_agentloom.exceptions.TemplateError`.
 - A missing key inside a string renders as an empty string and is reported to ``on_missing``
@@ -113,10 +113,17 @@ def _scan(template: str, flat_keys: Callable[[str], bool]) -> Iterator[Placehold
     pos = 0
     literal: list[str] = []
     length = len(template)
+    escaped_open = 0  # ``}}`` is an escape only after an unclosed ``{{``; JSON's ``}}`` stays
     while pos < length:
         char = template[pos]
-        if char in "{}" and template.startswith(char * 2, pos):
-            literal.append(char)
+        if char == "{" and template.startswith("{{", pos):
+            literal.append("{")
+            escaped_open += 1
+            pos += 2
+            continue
+        if char == "}" and escaped_open and template.startswith("}}", pos):
+            literal.append("}")
+            escaped_open -= 1
             pos += 2
             continue
         if char == "{":
@@ -177,9 +184,7 @@ def check_template(template: str) -> str | None:
     return None
 
 
-def render_template(
-    template: str, state: Mapping[str, Any], on_missing: MissingHandler | None = None
-) -> str:
+def render_template(template: str, state: Mapping[str, Any], on_missing: MissingHandler | None = None) -> str:
     """Render ``template`` against ``state`` (which holds ``steps`` too)."""
     if "{" not in template and "}" not in template:
         return template
@@ -205,7 +210,7 @@ def render_template(
 
 
 def resolve_value(value: Any, state: Mapping[str, Any], on_missing: MissingHandler | None = None) -> Any:
-    """Resolve tool arguments: strings at any depth are templates; exactly ``state.<path>`` passes the value."""
+    """Resolve tool arguments: strings at any depth are templates; ``state.<path>`` passes the value."""
     if isinstance(value, str):
         whole = WHOLE_VALUE_RE.fullmatch(value)
         if whole is not None:

@@ -1,0 +1,160 @@
+"""Turn a DagRun's task instances and XComs into a ``RunResult`` (and progress events on the way)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_provider_agentloom.operators.base import META_KEY
+from airflow_provider_agentloom.operators.context import WorkflowRunContext
+from airflow_provider_agentloom.workflow.results import (
+    RunResult,
+    StepResult,
+    StepStatus,
+    TokenUsage,
+    WorkflowStatus,
+)
+from airflow_provider_agentloom.workflow.state import initial_state, rebuild_state
+
+ProgressCallback = Callable[[StepResult, str], None]
+"""Called with a step's result and an event: ``"done"`` (final) or ``"retry"`` (an attempt failed)."""
+
+
+class RunResultCollector:
+    """Read one DagRun of a workflow's DAG back as upstream-shaped step results and a final state."""
+
+    def __init__(
+        self,
+        run_context: WorkflowRunContext,
+        conf: Mapping[str, Any] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        self.ctx = run_context
+        self.conf = dict(conf or {})
+        self.on_progress = on_progress
+        self._reported: dict[str, tuple[str, int]] = {}
+        self._step_of_task = {run_context.task_id(sid): sid for sid in run_context.graph.steps}
+
+    def report(self, session: Any, tis: list[Any]) -> None:
+        """Call the progress callback for every step that ended or retried since the last call."""
+        if self.on_progress is None:
+            return
+        from airflow.utils.state import TaskInstanceState
+
+        final = {
+            TaskInstanceState.SUCCESS,
+            TaskInstanceState.FAILED,
+            TaskInstanceState.SKIPPED,
+            TaskInstanceState.UPSTREAM_FAILED,
+            TaskInstanceState.AWAITING_INPUT,
+        }
+        for ti in tis:
+            state = ti.state
+            event = "done" if state in final else "retry" if state == TaskInstanceState.UP_FOR_RETRY else None
+            if event is None:
+                continue
+            mark = (str(state), int(ti.try_number or 0))
+            if self._reported.get(ti.task_id) == mark:
+                continue
+            self._reported[ti.task_id] = mark
+            step_id = self._step_of_task.get(ti.task_id, ti.task_id)
+            self.on_progress(self._step_result(session, ti, step_id, {}), event)
+
+    def collect(
+        self, session: Any, dag_run: Any, *, paused: bool = False, started: float | None = None
+    ) -> RunResult:
+        """Build the run's result from its task instances and their XComs."""
+        from airflow.utils.state import TaskInstanceState
+
+        session.expire_all()
+        tis = {ti.task_id: ti for ti in dag_run.get_task_instances(session=session)}
+        self.report(session, list(tis.values()))
+        graph = self.ctx.graph
+        results: dict[str, StepResult] = {}
+        failures: dict[str, str] = {}
+        for step_id in graph.order:
+            ti = tis.get(self.ctx.task_id(step_id))
+            if ti is None or ti.state in (None, TaskInstanceState.SCHEDULED, TaskInstanceState.QUEUED):
+                continue
+            result = self._step_result(session, ti, step_id, failures)
+            results[step_id] = result
+            if result.status in (StepStatus.FAILED, StepStatus.TIMEOUT):
+                failures[step_id] = result.error or result.status.value
+        base = initial_state(self.ctx.workflow.state, self.conf)
+        final_state = rebuild_state(
+            base,
+            (
+                (sid, graph.steps[sid].output, r.output)
+                for sid, r in results.items()
+                if r.status == StepStatus.SUCCESS
+            ),
+        )
+        status, error = self._run_status(results, failures, paused)
+        usage = sum((r.token_usage for r in results.values()), TokenUsage())
+        return RunResult(
+            workflow_name=self.ctx.workflow.name,
+            status=status,
+            run_id=dag_run.run_id,
+            step_results=results,
+            final_state=final_state,
+            total_tokens=usage.total_tokens,
+            total_cost_usd=round(sum(r.cost_usd for r in results.values()), 10),
+            total_duration_ms=round((time.monotonic() - started) * 1000, 3) if started is not None else 0.0,
+            error=error,
+        )
+
+    def _run_status(
+        self, results: dict[str, StepResult], failures: dict[str, str], paused: bool
+    ) -> tuple[WorkflowStatus, str | None]:
+        if failures:
+            first = next(iter(failures))
+            return WorkflowStatus.FAILED, f"Step {first!r} failed: {failures[first]}"
+        if paused:
+            waiting = [sid for sid, r in results.items() if r.status == StepStatus.PAUSED]
+            return WorkflowStatus.PAUSED, f"Pause requested at step {waiting[0]!r}" if waiting else None
+        return WorkflowStatus.SUCCESS, None
+
+    def _step_result(self, session: Any, ti: Any, step_id: str, failures: Mapping[str, str]) -> StepResult:
+        from airflow.utils.state import TaskInstanceState
+
+        meta = _xcom(session, ti, META_KEY) or {}
+        output = _xcom(session, ti, "return_value")
+        state = ti.state
+        if state == TaskInstanceState.SUCCESS:
+            status = StepStatus(meta.get("status", "success"))
+        elif state in (TaskInstanceState.FAILED, TaskInstanceState.UP_FOR_RETRY):
+            status = StepStatus.TIMEOUT if meta.get("status") == "timeout" else StepStatus.FAILED
+        elif state == TaskInstanceState.AWAITING_INPUT:
+            status = StepStatus.PAUSED
+        else:
+            status = StepStatus.SKIPPED
+        error = meta.get("error") if status != StepStatus.SUCCESS else None
+        if state == TaskInstanceState.UPSTREAM_FAILED:
+            cause = next((a for a in reversed(self.ctx.graph.ancestors[step_id]) if a in failures), None)
+            error = (
+                f"skipped due to upstream failure: {cause}" if cause else "skipped due to upstream failure"
+            )
+        elif status == StepStatus.FAILED and not error:
+            error = "the task failed before the step started (see the task log)"
+        return StepResult(
+            step_id=step_id,
+            status=status,
+            output=output if status == StepStatus.SUCCESS else None,
+            error=error,
+            attempts=int(meta.get("attempts") or ti.try_number or 0),
+            duration_ms=float(meta.get("duration_ms") or 0.0),
+            token_usage=TokenUsage(**(meta.get("token_usage") or {})),
+            cost_usd=float(meta.get("cost_usd") or 0.0),
+            model=meta.get("model"),
+            provider=meta.get("provider"),
+        )
+
+
+def _xcom(session: Any, ti: Any, key: str) -> Any:
+    from airflow.models.xcom import XComModel
+
+    row = session.scalars(
+        XComModel.get_many(run_id=ti.run_id, dag_ids=ti.dag_id, task_ids=ti.task_id, key=key)
+    ).first()
+    return XComModel.deserialize_value(row) if row is not None else None

@@ -1,0 +1,82 @@
+"""Shared test set-up: a private Airflow home (SQLite) made before Airflow is imported, and a network guard.
+
+The home is the runner's own kind (``prepare_home``), so ``dag.test()`` tests and runner tests
+share one migrated database; it lives in a temporary folder for the session.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = Path(os.environ.get("AGENTLOOM_EXAMPLES_DIR", ROOT.parent / "shared" / "agentloom-examples"))
+TESTS = Path(__file__).resolve().parent
+
+_HOME = Path(tempfile.mkdtemp(prefix="agentloom-test-home-"))
+os.environ["AGENTLOOM_HOME"] = str(_HOME)
+for _name in [n for n in os.environ if n.startswith("AIRFLOW")]:
+    del os.environ[_name]
+
+from airflow_provider_agentloom.runner.home import prepare_home  # noqa: E402
+
+HOME = prepare_home(_HOME)
+
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+_SECRET_ENV = [
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GOOGLE_API_KEY",
+    "OLLAMA_BASE_URL",
+    "OPENAI_BASE_URL",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+]
+
+
+def _is_loopback(address: Any) -> bool:
+    if not isinstance(address, tuple):
+        return True  # a Unix socket
+    host = str(address[0])
+    return host in ("localhost", "::1") or host.startswith(("127.", "::ffff:127."))
+
+
+@pytest.fixture(autouse=True)
+def _network_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse any connection that is not to this machine's loopback."""
+    real_connect = socket.socket.connect
+
+    def connect(sock: socket.socket, address: Any) -> Any:
+        if not _is_loopback(address):
+            raise OSError(f"test network guard: connection to {address!r} refused")
+        return real_connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    for name in _SECRET_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def examples_dir() -> Path:
+    if not EXAMPLES.is_dir():
+        pytest.skip(f"the upstream examples are not at {EXAMPLES} (set AGENTLOOM_EXAMPLES_DIR)")
+    return EXAMPLES
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary current directory ("the directory you run from")."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -1,0 +1,111 @@
+"""The dags-folder loader: one DAG per file, broken files reported without hiding the others."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_agentloom import loader
+
+DAGS = Path(__file__).parents[1] / "dags"
+LOADER_PY = "from airflow_provider_agentloom.loader import load_workflows  # airflow dag loader\n\nload_workflows(globals())\n"
+
+GOOD = """name: {name}
+steps:
+  - {{id: one, type: tool, tool_name: shell_command, tool_args: {{command: "echo one"}}}}
+  - {{id: two, type: tool, tool_name: shell_command, depends_on: [one]}}
+"""
+BROKEN = """name: broken-one
+config:
+  sandbox:
+    enabled: true
+    allowed_command: [ls]
+steps: []
+"""
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "first.yaml").write_text(GOOD.format(name="first-flow"))
+    (tmp_path / "nested").mkdir()
+    (tmp_path / "nested" / "second.yml").write_text(GOOD.format(name="second flow"))
+    (tmp_path / "broken.yaml").write_text(BROKEN)
+    (tmp_path / "agentloom_dags.py").write_text(LOADER_PY)
+    loader._CACHE.clear()
+    return tmp_path
+
+
+def bag_of(folder: Path):  # type: ignore[no-untyped-def]
+    from airflow.dag_processing.dagbag import BundleDagBag
+
+    return BundleDagBag(dag_folder=str(folder), bundle_path=str(folder), bundle_name="test")
+
+
+def test_good_workflows_load_and_broken_one_is_reported(folder: Path) -> None:
+    bag = bag_of(folder)
+    assert sorted(bag.dags) == ["broken-one", "first-flow", "second_flow"]
+    first = bag.dags["first-flow"]
+    assert sorted(first.task_dict) == ["one", "two"]
+    assert first.task_dict["two"].upstream_task_ids == {"one"}
+    assert "agentloom" in first.tags
+    # The import error sits under the YAML's own path, with line and key.
+    assert list(bag.import_errors) == ["broken.yaml"]
+    message = bag.import_errors["broken.yaml"]
+    assert f"{folder / 'broken.yaml'}:5: config.sandbox.allowed_command" in message
+    assert "did you mean allowed_commands?" in message
+    # And a placeholder DAG, tagged invalid, carries the same error in its docs and its only task.
+    placeholder = bag.dags["broken-one"]
+    assert {"agentloom", "invalid"} <= set(placeholder.tags)
+    assert list(placeholder.task_dict) == ["invalid_workflow"]
+    assert "allowed_command" in (placeholder.doc_md or "")
+    assert placeholder.task_dict["invalid_workflow"].message == message
+
+
+def test_duplicate_names_are_an_error_naming_both_files(folder: Path) -> None:
+    (folder / "zz_copy.yaml").write_text(GOOD.format(name="first-flow"))
+    bag = bag_of(folder)
+    message = bag.import_errors["zz_copy.yaml"]
+    assert str(folder / "zz_copy.yaml") in message
+    assert str(folder / "first.yaml") in message
+    assert bag.dags["first-flow"].fileloc.endswith("agentloom_dags.py")  # the first file keeps its DAG
+    assert "agentloom_invalid__zz_copy" in bag.dags
+
+
+def test_worker_parses_only_the_file_of_its_dag(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "second_flow")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_TASK_ID", "two")
+    bag = bag_of(folder)
+    assert list(bag.dags) == ["second_flow"]
+    assert bag.import_errors == {}
+    assert list(loader._CACHE) == [str(folder / "nested" / "second.yml")]
+
+
+def test_warm_loads_reuse_the_parse_until_the_file_changes(folder: Path) -> None:
+    bag_of(folder)
+    entry = loader._CACHE[str(folder / "first.yaml")]
+    bag_of(folder)
+    assert loader._CACHE[str(folder / "first.yaml")] is entry
+    (folder / "first.yaml").write_text(GOOD.format(name="first-flow") + "description: changed\n")
+    bag = bag_of(folder)
+    assert loader._CACHE[str(folder / "first.yaml")] is not entry
+    assert bag.dags["first-flow"].description == "changed"
+
+
+def test_files_without_workflow_keys_are_reported(folder: Path) -> None:
+    (folder / "other.yaml").write_text("some: other config\n")
+    bag = bag_of(folder)
+    assert "not a workflow" in bag.import_errors["other.yaml"]
+
+
+def test_repository_dags_folder_loads_without_errors(tmp_path: Path) -> None:
+    copy = tmp_path / "dags"
+    shutil.copytree(DAGS, copy)
+    loader._CACHE.clear()
+    bag = bag_of(copy)
+    assert bag.import_errors == {}
+    assert {"order-pipeline", "system-snapshot"} <= set(bag.dags)
+    snapshot = bag.dags["system-snapshot"]
+    assert snapshot.params["title"] == "System snapshot"
+    assert "```yaml" in (snapshot.doc_md or "")

@@ -1,0 +1,154 @@
+"""The in-process runner: ``agentloom run``, the Python API, concurrency, timeouts from async code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from airflow_provider_agentloom import WorkflowEngine, WorkflowParser, run_workflow
+from airflow_provider_agentloom.tools import ToolRegistry, tool
+from airflow_provider_agentloom.workflow.results import StepStatus
+
+DAGS = Path(__file__).parents[1] / "dags"
+
+
+def test_cli_run_prints_progress_and_one_json_document(workdir: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_agentloom.cli",
+            "run",
+            str(DAGS / "order_pipeline.yaml"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "AGENTLOOM_HOME": os.environ["AGENTLOOM_HOME"]},
+    )
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)  # exactly one JSON document, nothing else on stdout
+    assert set(document) >= {
+        "workflow_name",
+        "status",
+        "run_id",
+        "step_results",
+        "final_state",
+        "total_tokens",
+        "total_cost_usd",
+        "error",
+    }
+    assert document["status"] == "success"
+    save = document["step_results"]["save_order"]
+    assert set(save) >= {"status", "output", "error", "attempts", "duration_ms", "token_usage", "cost_usd"}
+    assert save["output"] == {"written": 43, "path": str(workdir / "orders" / "A-1001.json")}
+    assert document["final_state"]["description"]["stdout"].startswith("order A-1001 saved as ")
+    lines = proc.stderr.splitlines()
+    assert any(
+        line.strip().startswith("ok") and "save_order" in line and "1 attempt" in line for line in lines
+    )
+    assert any("describe" in line and " ms" in line for line in lines)
+    assert (workdir / "orders" / "A-1001.json").read_text() == '{"order": "A-1001", "first_item": "widget"}'
+
+
+def test_cli_run_exit_codes(workdir: Path, tmp_path: Path) -> None:
+    failing = tmp_path / "fails.yaml"
+    failing.write_text(
+        "name: fails\nsteps:\n  - {id: a, type: tool, tool_name: not_registered}\n"
+        "  - {id: b, type: tool, tool_name: shell_command, depends_on: [a], tool_args: {command: 'echo hi'}}\n"
+    )
+    cli = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
+    failed = subprocess.run(
+        [*cli, "run", str(failing), "--json"], capture_output=True, text=True, timeout=180, check=False
+    )
+    assert failed.returncode == 1, failed.stderr
+    document = json.loads(failed.stdout)
+    assert document["status"] == "failed"
+    assert document["step_results"]["a"]["attempts"] == 1  # an unregistered tool fails at once
+    assert "not_registered" in document["step_results"]["a"]["error"]
+    assert document["step_results"]["b"]["status"] == "skipped"
+    usage = subprocess.run(
+        [*cli, "run", str(failing), "--state", "novalue"], capture_output=True, text=True, check=False
+    )
+    assert usage.returncode == 2
+    assert "KEY=VALUE" in usage.stderr
+    missing = subprocess.run([*cli, "run", "no/such.yaml"], capture_output=True, text=True, check=False)
+    assert missing.returncode == 2
+
+
+@tool
+def record_span(name: str, seconds: float) -> dict[str, Any]:
+    """Sleep, returning when the call started and ended."""
+    start = time.time()
+    time.sleep(seconds)
+    return {"name": name, "start": start, "end": time.time()}
+
+
+def test_independent_steps_run_at_the_same_time(workdir: Path) -> None:
+    workflow = WorkflowParser.from_yaml(
+        "name: parallel\nconfig: {max_concurrent_steps: 3}\nsteps:\n"
+        + "".join(
+            f"  - {{id: s{i}, type: tool, tool_name: record_span, tool_args: {{name: s{i}, seconds: 1.5}}}}\n"
+            for i in range(3)
+        )
+    )
+    result = run_workflow(workflow, tools=[record_span])
+    assert result.status == "success"
+    spans = [result.step_results[f"s{i}"].output for i in range(3)]
+    latest_start = max(span["start"] for span in spans)
+    earliest_end = min(span["end"] for span in spans)
+    assert latest_start < earliest_end  # all three were running at one moment
+
+
+def test_step_timeout_works_when_called_from_async_code(workdir: Path) -> None:
+    workflow = WorkflowParser.from_yaml(
+        "name: timeouts\nsteps:\n"
+        "  - {id: slow, type: tool, tool_name: record_span, timeout: 1, retry: {max_retries: 0},"
+        " tool_args: {name: slow, seconds: 60}}\n"
+        "  - {id: after, type: tool, tool_name: record_span, depends_on: [slow], tool_args: {name: a, seconds: 0}}\n"
+    )
+    registry = ToolRegistry([record_span])
+
+    async def main() -> Any:
+        return await WorkflowEngine(workflow=workflow, tool_registry=registry).run()
+
+    started = time.monotonic()
+    result = anyio.run(main)
+    assert time.monotonic() - started < 50  # the 60 s call was cut short
+    assert result.step_results["slow"].status == StepStatus.TIMEOUT
+    assert "timed out" in (result.step_results["slow"].error or "")
+    assert result.status == "failed"  # a timeout is a failure, unlike upstream
+    assert result.step_results["after"].status == StepStatus.SKIPPED
+
+
+def test_engine_without_registry_fails_tool_steps(workdir: Path) -> None:
+    workflow = WorkflowParser.from_yaml(
+        "name: noreg\nsteps:\n  - {id: a, type: tool, tool_name: shell_command, retry: {max_retries: 0},"
+        " tool_args: {command: 'echo x'}}\n"
+    )
+    result = anyio.run(lambda: WorkflowEngine(workflow=workflow).run())
+    assert result.step_results["a"].status == "failed"
+    assert "no tool registry" in (result.step_results["a"].error or "")
+
+
+@pytest.mark.parametrize("value", ["7"])
+def test_state_overrides_are_typed(workdir: Path, value: str) -> None:
+    from airflow_provider_agentloom.cli import UsageError, parse_state_overrides
+
+    assert parse_state_overrides([f"n={value}", "s=text", "new=1"], {"n": 1, "s": "a"}) == {
+        "n": 7,
+        "s": "text",
+        "new": "1",
+    }
+    with pytest.raises(UsageError, match="expected a JSON int"):
+        parse_state_overrides(["n=seven"], {"n": 1})

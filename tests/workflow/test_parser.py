@@ -1,0 +1,161 @@
+"""The workflow format: every upstream example loads; every broken file names its file, line and key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_agentloom.exceptions import WorkflowValidationError
+from airflow_provider_agentloom.workflow.models import ToolStep
+from airflow_provider_agentloom.workflow.parser import WorkflowParser, load_workflow, parse_workflow_text
+
+BROKEN = Path(__file__).parents[1] / "data" / "broken"
+
+
+def agentloom(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_provider_agentloom.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_validate_accepts_every_upstream_example(examples_dir: Path) -> None:
+    files = sorted(str(p) for p in examples_dir.glob("*.yaml"))
+    assert len(files) == 33
+    proc = agentloom("validate", *files)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\nok  ") + proc.stdout.startswith("ok  ") == 33
+
+
+# One case per kind of error: (file, expected line, expected key path, words in the message).
+BROKEN_CASES = [
+    ("sandbox.yaml", 5, "config.sandbox.allowed_command", "did you mean allowed_commands?"),
+    ("stepfield.yaml", 6, "steps[0].tool_arg", "did you mean tool_args?"),
+    ("badtype.yaml", 7, "steps[0].retry.max_retries", "expected a valid integer"),
+    ("unknowndep.yaml", 8, "steps[1].depends_on[0]", "unknown step 'fecth' (did you mean fetch?)"),
+    ("cycle.yaml", 8, "steps[1].depends_on", "dependency cycle: a -> b -> c -> a"),
+    ("dup.yaml", 5, "steps[1].id", "duplicate step id 'a'"),
+    ("syntax.yaml", 5, "", "YAML syntax error"),
+]
+
+
+@pytest.mark.parametrize(("name", "line", "key", "words"), BROKEN_CASES, ids=[c[0] for c in BROKEN_CASES])
+def test_validate_rejects_broken_file_with_file_line_and_key(
+    name: str, line: int, key: str, words: str
+) -> None:
+    path = BROKEN / name
+    proc = agentloom("validate", str(path))
+    assert proc.returncode == 1
+    expected = f"{path}:{line}: {key}:" if key else f"{path}:{line}:"
+    assert expected in proc.stderr, proc.stderr
+    assert words in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("name", "line", "key", "words"), BROKEN_CASES, ids=[c[0] for c in BROKEN_CASES])
+def test_load_error_carries_structured_issue(name: str, line: int, key: str, words: str) -> None:
+    with pytest.raises(WorkflowValidationError) as caught:
+        load_workflow(BROKEN / name)
+    issue = caught.value.first
+    assert (issue.line, issue.key_path) == (line, key)
+
+
+def test_every_problem_is_reported_not_just_the_first() -> None:
+    text = "name: x\nconfig:\n  sandbox: {enabld: true}\n  on_step_failure: nope\nsteps:\n  - {id: a, type: tool, tol: x}\n"
+    with pytest.raises(WorkflowValidationError) as caught:
+        parse_workflow_text(text, "f.yaml")
+    keys = [issue.key_path for issue in caught.value.issues]
+    assert keys == ["config.sandbox.enabld", "config.on_step_failure", "steps[0].tol"]
+    assert caught.value.issues[0].suggestion == "enabled"
+
+
+def test_duplicate_yaml_key_is_refused_not_silently_dropped() -> None:
+    with pytest.raises(WorkflowValidationError, match="duplicate key 'tool_name'"):
+        parse_workflow_text(
+            "name: x\nsteps:\n  - id: a\n    type: tool\n    tool_name: a\n    tool_name: b\n"
+        )
+
+
+def test_upstream_type_rules_kept() -> None:
+    with pytest.raises(WorkflowValidationError, match=r"version: expected a valid string"):
+        parse_workflow_text("name: x\nversion: 1.0\nsteps: []\n")
+    with pytest.raises(WorkflowValidationError, match="name: expected a valid string"):
+        parse_workflow_text("name: 12\nsteps: []\n")
+    with pytest.raises(WorkflowValidationError, match="max_concurrent_steps"):
+        parse_workflow_text("name: x\nconfig: {max_concurrent_steps: 0}\nsteps: []\n")
+
+
+def test_run_time_failures_still_load_and_validate_warns(tmp_path: Path) -> None:
+    path = tmp_path / "late.yaml"
+    path.write_text(
+        "name: late\nsteps:\n"
+        "  - {id: no_name, type: tool}\n"
+        "  - {id: braces, type: tool, tool_name: x, tool_args: {a: '{state.x'}}\n"
+        "  - {id: unknown_tool, type: tool, tool_name: not_registered_anywhere}\n"
+    )
+    workflow = load_workflow(path)
+    assert isinstance(workflow.steps[0], ToolStep)
+    proc = agentloom("validate", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "'no_name' has no tool_name" in proc.stdout
+    assert "broken braces" in proc.stdout
+    assert "not_registered_anywhere" not in proc.stdout  # validate doesn't look tools up
+
+
+def test_validate_reports_implicit_edges_and_unseen_same_layer_reads(
+    examples_dir: Path, tmp_path: Path
+) -> None:
+    proc = agentloom("validate", str(examples_dir / "17_sandbox_allowed.yaml"))
+    assert proc.returncode == 0
+    assert (
+        "'write_output' reads echo_result, which 'safe_echo' writes in the same or a later layer"
+        in proc.stdout
+    )
+    path = tmp_path / "implicit.yaml"
+    path.write_text(
+        "name: implicit\nsteps:\n"
+        "  - {id: a, type: tool, tool_name: x, output: first}\n"
+        "  - {id: b, type: tool, tool_name: x, depends_on: [a]}\n"
+        "  - {id: c, type: tool, tool_name: x, depends_on: [b]}\n"
+        "  - {id: d, type: tool, tool_name: x, tool_args: {v: '{state.first}'}}\n"
+        "  - {id: e, type: tool, tool_name: x, depends_on: [c], tool_args: {v: state.first}}\n"
+    )
+    proc = agentloom("validate", str(path))
+    # d is in layer 0, like a: it cannot see a's write, and validate says so
+    assert "'d' reads first, which 'a' writes in the same or a later layer" in proc.stdout
+    assert "added the dependency" not in proc.stdout  # e already depends on a through c
+
+
+def test_validate_reports_an_added_dependency(tmp_path: Path) -> None:
+    path = tmp_path / "implicit.yaml"
+    path.write_text(
+        "name: implicit\nsteps:\n"
+        "  - {id: a, type: tool, tool_name: x, output: first}\n"
+        "  - {id: b, type: tool, tool_name: x, output: second}\n"
+        "  - {id: c, type: tool, tool_name: x, depends_on: [b], tool_args: {v: '{state.first} {steps.b.output}'}}\n"
+    )
+    proc = agentloom("validate", str(path))
+    assert "step 'c' reads first written by 'a': added the dependency a >> c" in proc.stdout
+
+
+def test_subworkflow_errors_point_into_the_inline_child() -> None:
+    text = (
+        "name: parent\nsteps:\n  - id: sub\n    type: subworkflow\n    workflow_inline:\n"
+        "      name: child\n      steps:\n        - {id: x, type: tool, tool_nam: y}\n"
+    )
+    with pytest.raises(WorkflowValidationError) as caught:
+        parse_workflow_text(text, "p.yaml")
+    issue = caught.value.first
+    assert (issue.line, issue.key_path) == (8, "steps[0].workflow_inline.steps[0].tool_nam")
+
+
+def test_workflow_parser_from_yaml_accepts_a_path_or_text(examples_dir: Path) -> None:
+    from_path = WorkflowParser.from_yaml(str(examples_dir / "01_simple_qa.yaml"))
+    from_text = WorkflowParser.from_yaml((examples_dir / "01_simple_qa.yaml").read_text())
+    assert from_path.name == from_text.name == "simple-qa"
