@@ -36,10 +36,12 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
     """Safe loader that refuses duplicate mapping keys instead of silently keeping the last one."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
+        seen: set[str] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = key_node.value  # the key as written: cheap, and enough to spot a repeat
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping",
                     node.start_mark,
