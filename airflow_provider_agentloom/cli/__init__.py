@@ -1,4 +1,4 @@
-"""The ``agentloom`` command: ``validate``, ``run``, ``visualize``.
+"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``visualize``.
 
 Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error.
 """
@@ -76,27 +76,56 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a workflow through Airflow in-process")
     run.add_argument("file", metavar="FILE")
+    _add_run_options(run)
     run.add_argument(
-        "--state", "-s", action="append", default=[], metavar="KEY=VALUE", help="override a state key"
+        "--provider", "-p", help="use this provider instead of config.provider ('mock': offline)"
     )
-    run.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
+    run.add_argument("--model", "-m", help="model of the steps that name none (instead of config.model)")
     run.add_argument(
-        "--tools",
-        action="append",
-        default=[],
-        metavar="MODULE[:ATTR]",
-        help="also register the tools of this Python module (or one attribute of it)",
+        "--budget", "-b", type=float, metavar="USD", help="run budget (instead of config.budget_usd)"
     )
     run.add_argument(
-        "--home", metavar="DIR", help="the runner's private Airflow home (default: $AGENTLOOM_HOME)"
+        "--stream", action="store_true", help="stream model replies (time to first token recorded)"
+    )
+    run.add_argument(
+        "--mock-responses", metavar="FILE", help="answer model calls from this mock fixture file"
+    )
+    run.add_argument("--record", metavar="FILE", help="record every model reply into this fixture file")
+    run.add_argument(
+        "--record-tools", action="store_true", help="with --record: also record model tool calls"
     )
     run.set_defaults(handler=_run)
+
+    replay = commands.add_parser("replay", help="run offline from a recording, deterministically")
+    replay.add_argument("file", metavar="FILE")
+    replay.add_argument(
+        "--recording", "-r", required=True, metavar="FILE", help="a fixture written by --record"
+    )
+    _add_run_options(replay)
+    replay.set_defaults(handler=_replay)
 
     visualize = commands.add_parser("visualize", help="print the step graph")
     visualize.add_argument("file", metavar="FILE")
     visualize.add_argument("--format", "-f", choices=["ascii", "mermaid"], default="ascii")
     visualize.set_defaults(handler=_visualize)
     return parser
+
+
+def _add_run_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--state", "-s", action="append", default=[], metavar="KEY=VALUE", help="override a state key"
+    )
+    command.add_argument(
+        "--json", action="store_true", help="print the result as one JSON document on stdout"
+    )
+    command.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE[:ATTR]",
+        help="also register the tools of this Python module (or one attribute of it)",
+    )
+    command.add_argument("--home", metavar="DIR", help="the runner's private Airflow home ($AGENTLOOM_HOME)")
 
 
 # -- validate -----------------------------------------------------------------------------------
@@ -137,14 +166,39 @@ def _visualize(args: argparse.Namespace) -> int:
 # -- run ----------------------------------------------------------------------------------------
 
 
+def _replay(args: argparse.Namespace) -> int:
+    if not Path(args.recording).is_file():
+        raise UsageError(f"no such recording: {args.recording}")
+    args.provider, args.model, args.budget, args.stream = "mock", None, None, False
+    args.mock_responses, args.record, args.record_tools = args.recording, None, False
+    return _run(args)
+
+
 def _run(args: argparse.Namespace) -> int:
+    from airflow_provider_agentloom.operators.context import LLMOptions
     from airflow_provider_agentloom.workflow.parser import load_workflow
 
     if not Path(args.file).is_file():
         raise UsageError(f"no such workflow file: {args.file}")
+    if args.record and args.mock_responses:
+        raise UsageError("--record and --mock-responses cannot be used together")
+    if args.record_tools and not args.record:
+        raise UsageError("--record-tools needs --record FILE")
+    if args.mock_responses and not Path(args.mock_responses).is_file():
+        raise UsageError(f"no such mock fixture file: {args.mock_responses}")
     workflow = load_workflow(args.file)
+    if args.budget is not None:
+        workflow.config = workflow.config.model_copy(update={"budget_usd": args.budget})
     overrides = parse_state_overrides(args.state, workflow.state)
     tools = [tool for spec in args.tools for tool in load_tools(spec)]
+    llm = LLMOptions(
+        provider=args.provider,
+        model=args.model,
+        mock_responses=str(Path(args.mock_responses).resolve()) if args.mock_responses else None,
+        record_path=str(Path(args.record).resolve()) if args.record else None,
+        record_tools=args.record_tools,
+        stream=args.stream,
+    )
 
     from airflow_provider_agentloom.cli.render import progress_line, summary_line
     from airflow_provider_agentloom.runner import run_workflow
@@ -154,7 +208,14 @@ def _run(args: argparse.Namespace) -> int:
 
     print(f"Running workflow: {workflow.name}", file=sys.stderr, flush=True)
     with _stdout_to_stderr(args.json):
-        result = run_workflow(workflow, tools=tools, state=overrides, home=args.home, on_progress=on_progress)
+        result = run_workflow(
+            workflow,
+            tools=tools,
+            state=overrides,
+            home=args.home,
+            on_progress=on_progress,
+            run_context_options={"llm": llm},
+        )
     print(summary_line(result), file=sys.stderr)
     if args.json:
         print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))

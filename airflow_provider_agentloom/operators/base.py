@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
-from airflow_provider_agentloom.exceptions import AgentLoomError
+from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceededError
 from airflow_provider_agentloom.workflow.results import StepMeta, StepStatus, TokenUsage
 from airflow_provider_agentloom.workflow.state import initial_state, rebuild_state, state_sources
 
@@ -67,6 +67,13 @@ class AgentLoomStepOperator(BaseOperator):
             output_key=self.step.output,
         )
         try:
+            self.check_budget(context)
+        except BudgetExceededError as exc:
+            meta.status, meta.error, meta.extra = StepStatus.SKIPPED, str(exc), {"budget_exceeded": True}
+            self._push_meta(context, meta, started)
+            self.log.error("Step %s does not run: %s", self.step.id, exc)
+            raise AirflowFailException(str(exc)) from None
+        try:
             state = self.read_state(context)
             outcome = self.execute_step(context, state)
             output = _plain_json(outcome.output, self.log)
@@ -98,6 +105,26 @@ class AgentLoomStepOperator(BaseOperator):
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
         """Run the step against the state it may read; return its output."""
         raise NotImplementedError
+
+    def check_budget(self, context: Context) -> None:
+        """Refuse to start when the run's finished steps already spent ``config.budget_usd``.
+
+        As upstream, the check runs before every step of any type, from the cost recorded by the
+        steps that finished; steps running at the same time can together overshoot the limit.
+        """
+        limit = self.run_context.workflow.config.budget_usd
+        if limit is None:
+            return
+        graph = self.run_context.graph
+        others = [self.run_context.task_id(sid) for sid in graph.steps if sid != self.step.id]
+        metas = context["ti"].xcom_pull(task_ids=others, key=META_KEY) if others else []
+        spent = sum(
+            float(meta.get("cost_usd") or 0.0)
+            for meta in metas or []
+            if isinstance(meta, dict) and meta.get("status") == StepStatus.SUCCESS
+        )
+        if spent >= limit:
+            raise BudgetExceededError(spent, limit)
 
     def read_state(self, context: Context) -> dict[str, Any]:
         """Rebuild the state this step may read: initial state, params/conf, then upstream outputs."""

@@ -28,6 +28,26 @@ def safe_id(name: str) -> str:
     return _UNSAFE_ID.sub("_", name)[:250] or "_"
 
 
+@dataclass(frozen=True)
+class LLMOptions:
+    """Run-wide overrides of how LLM steps reach models (the CLI's flags; Airflow runs use none).
+
+    :param provider: ``mock`` (or a vendor) instead of ``config.provider``.
+    :param model: the model of steps that name none, instead of ``config.model``.
+    :param mock_responses: a mock fixture file (implies the mock provider).
+    :param record_path: record every model reply into this fixture file.
+    :param record_tools: also record model tool calls, replayed without running the tool.
+    :param stream: stream every ``llm_call`` that does not say otherwise.
+    """
+
+    provider: str | None = None
+    model: str | None = None
+    mock_responses: str | None = None
+    record_path: str | None = None
+    record_tools: bool = False
+    stream: bool = False
+
+
 @dataclass
 class WorkflowRunContext:
     """Shared, read-only run-time context of one workflow's tasks.
@@ -56,6 +76,7 @@ class WorkflowRunContext:
     tool_registry: ToolRegistry | None = None
     provider_gateway: Any = None
     require_registry: bool = False
+    llm: LLMOptions = field(default_factory=LLMOptions)
 
     def task_id(self, step_id: str) -> str:
         """The Airflow task id of a step."""
@@ -88,6 +109,36 @@ class WorkflowRunContext:
         for item in custom:
             registry.register(item, replace=True)
         return registry
+
+    def gateway(self, base_dir: Path) -> tuple[Any, str | None]:
+        """The model gateway of an LLM step and the connection's default model (if any)."""
+        if self.provider_gateway is not None:
+            return self.provider_gateway, None
+        from airflow_provider_agentloom.hooks.llm import build_gateway
+
+        config = self.workflow.config
+        return build_gateway(
+            config,
+            base_dir=base_dir,
+            conn_id=config.airflow.llm_conn_id,
+            provider_override=self.llm.provider,
+            mock_responses=self.llm.mock_responses,
+            record_path=self.llm.record_path,
+            record_tools=self.llm.record_tools,
+            workflow_source=self.workflow.source_path,
+        )
+
+    def model_for(self, step: Any, connection_model: str | None) -> str:
+        """The model a step calls: its own, the CLI's ``--model``, ``config.model`` if written, the
+        connection's default model, then the upstream default (``gpt-4o-mini``)."""
+        config = self.workflow.config
+        if step.model:
+            return str(step.model)
+        if self.llm.model:
+            return self.llm.model
+        if "model" in config.model_fields_set or not connection_model:
+            return config.model
+        return connection_model
 
 
 def _configured_working_dir() -> str:

@@ -10,6 +10,8 @@ from airflow_provider_agentloom.workflow.models import StepModel
 
 _OPERATORS: dict[str, str] = {
     "tool": "airflow_provider_agentloom.operators.tool:ToolStepOperator",
+    "llm_call": "airflow_provider_agentloom.operators.llm:LLMCallOperator",
+    "agent": "airflow_provider_agentloom.operators.llm:AgentOperator",
 }
 
 

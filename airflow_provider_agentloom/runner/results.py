@@ -73,14 +73,17 @@ class RunResultCollector:
         graph = self.ctx.graph
         results: dict[str, StepResult] = {}
         failures: dict[str, str] = {}
+        budget: dict[str, str] = {}
         for step_id in graph.order:
             ti = tis.get(self.ctx.task_id(step_id))
             if ti is None or ti.state in (None, TaskInstanceState.SCHEDULED, TaskInstanceState.QUEUED):
                 continue
-            result = self._step_result(session, ti, step_id, failures)
+            result = self._step_result(session, ti, step_id, {**failures, **budget})
             results[step_id] = result
             if result.status in (StepStatus.FAILED, StepStatus.TIMEOUT):
                 failures[step_id] = result.error or result.status.value
+            elif result.status == StepStatus.SKIPPED and _is_budget_error(result.error):
+                budget[step_id] = result.error or ""
         base = initial_state(self.ctx.workflow.state, self.conf)
         final_state = rebuild_state(
             base,
@@ -91,6 +94,8 @@ class RunResultCollector:
             ),
         )
         status, error = self._run_status(results, failures, paused)
+        if budget and status != WorkflowStatus.FAILED:
+            status, error = WorkflowStatus.BUDGET_EXCEEDED, next(iter(budget.values()))
         usage = sum((r.token_usage for r in results.values()), TokenUsage())
         return RunResult(
             workflow_name=self.ctx.workflow.name,
@@ -121,7 +126,9 @@ class RunResultCollector:
         meta = _xcom(session, ti, META_KEY) or {}
         output = _xcom(session, ti, "return_value")
         state = ti.state
-        if state == TaskInstanceState.SUCCESS:
+        if (meta.get("extra") or {}).get("budget_exceeded"):
+            status = StepStatus.SKIPPED
+        elif state == TaskInstanceState.SUCCESS:
             status = StepStatus(meta.get("status", "success"))
         elif state in (TaskInstanceState.FAILED, TaskInstanceState.UP_FOR_RETRY):
             status = StepStatus.TIMEOUT if meta.get("status") == "timeout" else StepStatus.FAILED
@@ -132,9 +139,12 @@ class RunResultCollector:
         error = meta.get("error") if status != StepStatus.SUCCESS else None
         if state == TaskInstanceState.UPSTREAM_FAILED:
             cause = next((a for a in reversed(self.ctx.graph.ancestors[step_id]) if a in failures), None)
-            error = (
-                f"skipped due to upstream failure: {cause}" if cause else "skipped due to upstream failure"
-            )
+            if cause is not None and _is_budget_error(failures[cause]):
+                error = failures[cause]
+            elif cause is not None:
+                error = f"skipped due to upstream failure: {cause}"
+            else:
+                error = "skipped due to upstream failure"
         elif status == StepStatus.FAILED and not error:
             error = "the task failed before the step started (see the task log)"
         return StepResult(
@@ -149,6 +159,10 @@ class RunResultCollector:
             model=meta.get("model"),
             provider=meta.get("provider"),
         )
+
+
+def _is_budget_error(error: str | None) -> bool:
+    return bool(error and error.startswith("Budget exceeded:"))
 
 
 def _xcom(session: Any, ti: Any, key: str) -> Any:

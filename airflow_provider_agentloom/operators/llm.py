@@ -1,0 +1,259 @@
+"""``LLMCallOperator`` and ``AgentOperator``: steps that call a model, with or without tools.
+
+Both share one path (:class:`ModelStepOperator`): render the prompts, resolve attachments under
+the sandbox, build the gateway (connections, env vars, mock, recording), call the model — through
+the model↔tool loop when there are tools — and return the text with tokens and cost.
+
+Retries do not pay twice: every model reply is kept in Airflow 3.3's task state store, and a
+later attempt of the same task reuses the replies already received, in order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+
+from airflow_provider_agentloom.exceptions import StepError
+from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome
+from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
+from airflow_provider_agentloom.workflow.results import TokenUsage
+from airflow_provider_agentloom.workflow.templates import render_template
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from airflow.sdk import Context
+
+    from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord, ToolSpec
+    from airflow_provider_agentloom.tools.registry import ToolRegistry
+
+_REPLY_KEY = "agentloom_reply_{}"
+
+
+class ModelStepOperator(AgentLoomStepOperator):
+    """The shared body of the steps that call a model; subclasses say which tools and how many rounds."""
+
+    ui_color = "#e6f4ea"
+
+    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
+        step = self.step
+        assert isinstance(step, (LLMCallStep, AgentStep))
+        if not step.prompt:
+            raise StepError(f"{step.type} step {step.id!r} has no prompt")
+        prompt = render_template(step.prompt, state, self.warn_missing)
+        system = render_template(step.system_prompt, state, self.warn_missing) if step.system_prompt else None
+        base_dir = self.run_context.resolve_working_dir(context["run_id"])
+        store = context.get("task_state_store")
+        return anyio.run(self._call_model, prompt, system, state, base_dir, store)
+
+    async def _call_model(
+        self, prompt: str, system: str | None, state: dict[str, Any], base_dir: Path, store: Any
+    ) -> StepOutcome:
+        from airflow_provider_agentloom.llm.types import ChatRequest, Message
+
+        step = self.step
+        assert isinstance(step, (LLMCallStep, AgentStep))
+        attachments = await self._attachments(state, base_dir)
+        gateway, default_model = self.run_context.gateway(base_dir)
+        registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
+        messages = ([Message.system(system)] if system else []) + [Message.user(prompt, attachments)]
+        request = ChatRequest(
+            messages=messages,
+            model=self.run_context.model_for(step, default_model),
+            temperature=step.temperature,
+            max_tokens=step.max_tokens,
+            tools=self.tool_specs(registry) if registry is not None else [],
+            tool_choice=step.tool_choice,
+            thinking=step.thinking,
+            stream=self.streams(),
+            step_id=step.id,
+        )
+        client = _ReplyCache(gateway, store, self.log)
+        started = time.monotonic()
+        try:
+            if registry is not None:
+                outcome = await self._loop(client, request, registry)
+            else:
+                response = await (client.stream(request) if request.stream else client.complete(request))
+                outcome = _outcome(response, response.usage, response.cost_usd, [])
+        finally:
+            if self.run_context.provider_gateway is None:
+                await gateway.aclose()
+        self.log.info(
+            "Model %s via %s: %s prompt + %s completion tokens (%s reasoning), $%.6f, finish %s, %.0f ms",
+            outcome.model,
+            outcome.provider,
+            outcome.token_usage.prompt_tokens,
+            outcome.token_usage.completion_tokens,
+            outcome.token_usage.reasoning_tokens,
+            outcome.cost_usd,
+            outcome.extra.get("finish_reason"),
+            (time.monotonic() - started) * 1000,
+        )
+        return outcome
+
+    async def _loop(self, client: Any, request: ChatRequest, registry: ToolRegistry) -> StepOutcome:
+        from airflow_provider_agentloom.llm.loop import run_tool_loop
+        from airflow_provider_agentloom.tools.invoke import invoke_tool
+
+        async def execute(name: str, arguments: dict[str, Any]) -> Any:
+            return await invoke_tool(registry, name, arguments)
+
+        result = await run_tool_loop(
+            client, request, execute, self.max_rounds(), on_tool_call=self._log_tool_call
+        )
+        outcome = _outcome(result.response, result.usage, result.cost_usd, result.tool_calls)
+        outcome.extra["finish_reason"] = result.finish_reason
+        outcome.extra["turns"] = result.turns
+        return outcome
+
+    def _log_tool_call(self, record: ToolCallRecord) -> None:
+        verdict = f"error: {record.error}" if record.error else "ok"
+        replayed = " (replayed)" if record.replayed else ""
+        self.log.info(
+            "Tool call %s(%s) -> %s%s, %.0f ms",
+            record.name,
+            ", ".join(sorted(record.arguments)),
+            verdict,
+            replayed,
+            record.duration_ms or 0.0,
+        )
+
+    async def _attachments(self, state: dict[str, Any], base_dir: Path) -> list[Any]:
+        step = self.step
+        if not isinstance(step, LLMCallStep) or not step.attachments:
+            return []
+        from airflow_provider_agentloom.llm.attachments import resolve_attachments
+        from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+
+        sandbox = ToolSandbox(**self.run_context.workflow.config.sandbox.model_dump(), base_dir=base_dir)
+        return await resolve_attachments(
+            step.attachments,
+            sandbox=sandbox,
+            render=lambda text: render_template(text, state, self.warn_missing),
+        )
+
+    def streams(self) -> bool:
+        """The step's effective ``stream`` flag: the step's own, else the CLI's, else ``config.stream``."""
+        step = self.step
+        assert isinstance(step, (LLMCallStep, AgentStep))
+        if step.stream is not None:
+            return step.stream
+        return self.run_context.llm.stream or self.run_context.workflow.config.stream
+
+    def uses_tools(self) -> bool:
+        """Whether the model may call tools in this step."""
+        raise NotImplementedError
+
+    def tool_specs(self, registry: ToolRegistry) -> list[ToolSpec]:
+        """The tool declarations sent to the model."""
+        raise NotImplementedError
+
+    def max_rounds(self) -> int:
+        """The most rounds of tool calls before the loop stops."""
+        raise NotImplementedError
+
+
+class LLMCallOperator(ModelStepOperator):
+    """Run an ``llm_call`` step: one model call, or a tool loop over the tools the step declares.
+
+    A tool error or sandbox refusal goes back to the model as the tool's result; the step goes on.
+    """
+
+    step_type: ClassVar[str] = "llm_call"
+
+    def uses_tools(self) -> bool:
+        assert isinstance(self.step, LLMCallStep)
+        return bool(self.step.tools)
+
+    def tool_specs(self, registry: ToolRegistry) -> list[ToolSpec]:
+        from airflow_provider_agentloom.llm.loop import tool_specs_for_llm_call
+
+        assert isinstance(self.step, LLMCallStep)
+        return tool_specs_for_llm_call(self.step.tools, registry)
+
+    def max_rounds(self) -> int:
+        assert isinstance(self.step, LLMCallStep)
+        return self.step.max_tool_iterations
+
+
+class AgentOperator(ModelStepOperator):
+    """Run an ``agent`` step: the model picks from the step's registered tools until it answers.
+
+    Each tool is declared with its own description and parameters; the calls of one reply run
+    concurrently, every one through the registry and the sandbox.
+    """
+
+    step_type: ClassVar[str] = "agent"
+
+    def uses_tools(self) -> bool:
+        return True
+
+    def tool_specs(self, registry: ToolRegistry) -> list[ToolSpec]:
+        from airflow_provider_agentloom.llm.loop import tool_specs_for_agent
+
+        assert isinstance(self.step, AgentStep)
+        return tool_specs_for_agent(self.step.tools, registry)
+
+    def max_rounds(self) -> int:
+        assert isinstance(self.step, AgentStep)
+        return self.step.max_iterations
+
+
+def _outcome(
+    response: ChatResponse, usage: Any, cost: float, tool_calls: list[ToolCallRecord]
+) -> StepOutcome:
+    return StepOutcome(
+        output=response.content,
+        token_usage=TokenUsage.model_validate(usage.model_dump()),
+        cost_usd=cost,
+        model=response.model,
+        provider=response.provider,
+        extra={
+            "finish_reason": response.finish_reason,
+            "time_to_first_token_ms": response.time_to_first_token_ms,
+            "tool_calls": [
+                {"name": r.name, "ok": r.error is None, "replayed": r.replayed, "duration_ms": r.duration_ms}
+                for r in tool_calls
+            ],
+        },
+    )
+
+
+class _ReplyCache:
+    """A chat client that keeps each reply in the task state store and replays them on a retry."""
+
+    def __init__(self, client: Any, store: Any, log: Any) -> None:
+        self._client = client
+        self._store = store
+        self._log = log
+        self._count = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        return await self._cached(request, lambda: self._client.complete(request))
+
+    async def stream(self, request: ChatRequest, on_chunk: Any = None) -> ChatResponse:
+        return await self._cached(request, lambda: self._client.stream(request, on_chunk))
+
+    async def _cached(self, request: ChatRequest, call: Any) -> ChatResponse:
+        from airflow_provider_agentloom.llm.types import ChatResponse
+
+        key = _REPLY_KEY.format(self._count)
+        self._count += 1
+        if self._store is not None:
+            kept = self._store.get(key)
+            if kept:
+                self._log.info("Reusing the model reply %s received by an earlier attempt", key)
+                return ChatResponse.model_validate(kept)
+        response: ChatResponse = await call()
+        if self._store is not None:
+            try:
+                self._store.set(key, response.model_dump(mode="json"))
+            except Exception as exc:  # too big for the store, or no store backend: only an optimisation
+                self._log.warning("Could not keep the model reply for a retry: %s", exc)
+        return response

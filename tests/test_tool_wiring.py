@@ -1,0 +1,104 @@
+"""Custom tools reach tasks (loader, entry points, ``--tools``); example 18 through ``agentloom run``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from airflow_support import run_dag_test, xcom
+
+from airflow_provider_agentloom.loader import load_workflows
+
+CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
+
+TOOL_MODULE = '''
+from airflow_provider_agentloom.tools import tool
+
+
+@tool(description="Count the words in a text.")
+def word_count(text: str) -> dict:
+    return {"words": len(text.split())}
+
+
+TOOLS = [word_count]
+'''
+
+WORKFLOW = """name: {name}
+state: {{text: "three little words"}}
+steps:
+  - {{id: count, type: tool, tool_name: word_count, tool_args: {{text: "{{state.text}}"}}, output: counted}}
+"""
+
+
+def test_entry_point_tools_reach_airflow_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    (site / "acme_tools").mkdir(parents=True)
+    (site / "acme_tools" / "__init__.py").write_text(TOOL_MODULE)
+    dist = site / "acme_tools-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-tools\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[agentloom.tools]\nacme = acme_tools:TOOLS\n")
+    monkeypatch.syspath_prepend(str(site))
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "count.yaml").write_text(WORKFLOW.format(name="entry-point-tools"))
+    dag = load_workflows({}, dags)["entry-point-tools"]
+    dag_run = run_dag_test(dag)
+    assert str(dag_run.state) == "success"
+    assert xcom(dag_run, "count") == {"words": 3}
+
+
+def test_loader_tools_argument_reaches_tasks(tmp_path: Path) -> None:
+    namespace: dict[str, object] = {}
+    exec(compile(TOOL_MODULE, "acme_inline", "exec"), namespace)
+    (tmp_path / "count.yaml").write_text(WORKFLOW.format(name="loader-tools"))
+    dag = load_workflows({}, tmp_path, tools=namespace["TOOLS"])["loader-tools"]  # type: ignore[arg-type]
+    dag_run = run_dag_test(dag)
+    assert xcom(dag_run, "count") == {"words": 3}
+
+
+def test_cli_registers_only_builtins_plus_named_modules(workdir: Path) -> None:
+    (workdir / "my_tools.py").write_text(TOOL_MODULE)
+    (workdir / "count.yaml").write_text(WORKFLOW.format(name="cli-tools"))
+    plain = subprocess.run([*CLI, "run", "count.yaml", "--json"], capture_output=True, text=True, timeout=180, check=False)
+    assert plain.returncode == 1
+    assert "not registered" in json.loads(plain.stdout)["step_results"]["count"]["error"]
+    named = subprocess.run(
+        [*CLI, "run", "count.yaml", "--json", "--tools", "my_tools"], capture_output=True, text=True, timeout=180, check=False
+    )
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout)["final_state"]["counted"] == {"words": 3}
+
+
+def test_example_18_each_blocked_step_refused_for_its_reason(examples_dir: Path, workdir: Path) -> None:
+    Path("/tmp/agentloom").mkdir(exist_ok=True)
+    proc = subprocess.run(
+        [*CLI, "run", str(examples_dir / "18_sandbox_blocked.yaml"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={**os.environ},
+    )
+    assert proc.returncode == 1, proc.stderr
+    steps = json.loads(proc.stdout)["step_results"]
+    assert steps["allowed_echo"]["status"] == "success"
+    assert steps["allowed_echo"]["output"]["stdout"] == "this is fine\n"
+    reasons = {
+        # No cwd: the command runs from the directory you run from, which is not under
+        # allowed_paths; the page checks the directory first, so that is the reason given.
+        "blocked_command": "outside allowed_paths and readable_paths",
+        "blocked_pipe": "outside allowed_paths and readable_paths",
+        "blocked_read": "outside the readable directories",
+        "blocked_network": "allow_network: false",
+    }
+    for step_id, reason in reasons.items():
+        step = steps[step_id]
+        assert step["status"] == "failed", step
+        assert step["error"].startswith("Sandbox violation ("), step["error"]
+        assert reason in step["error"]
+        assert step["attempts"] == 4  # refused the same way on every attempt, as the page says
