@@ -21,6 +21,7 @@ TESTS = Path(__file__).resolve().parent
 
 _HOME = Path(tempfile.mkdtemp(prefix="agentloom-test-home-"))
 os.environ["AGENTLOOM_HOME"] = str(_HOME)
+os.environ["AGENTLOOM_AIRFLOW_LOG_LEVEL"] = "INFO"  # task logs in dag.test() tests keep INFO lines
 for _name in [n for n in os.environ if n.startswith("AIRFLOW")]:
     del os.environ[_name]
 

@@ -73,7 +73,7 @@ class DagRunDriver:
         _CURRENT.clear()
         _CURRENT[self.dag.dag_id] = self.dag
         api = ApiServer.start()  # starts its slow first-request set-up while we write the run
-        tasks = TaskProcesses(api, Path(self.home.stub.name), BUNDLE_NAME)
+        tasks = TaskProcesses(api, Path(self.home.stub.name), BUNDLE_NAME, self.home.logs / "supervisors.log")
         session = settings.Session()  # type: ignore[misc]  # configured by Airflow's import
         try:
             dag_run = self._create_run(session)

@@ -39,11 +39,15 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _quiet_child_stdio() -> None:
-    """Children never write to the runner's stdout (it may carry the ``--json`` document)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
+def _quiet_child_stdio(log_file: Path | None = None) -> None:
+    """Children never write to the runner's stdout or stderr (the progress lines and ``--json``).
+
+    Their own output goes to ``log_file`` (the task logs themselves are written by Airflow).
+    """
+    target = os.open(log_file or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    os.close(target)
 
 
 @dataclass
@@ -116,8 +120,11 @@ def _serve(sock: socket.socket, port: int) -> None:  # pragma: no cover - runs i
 class TaskProcesses:
     """Start a supervisor process per task instance and collect their exit codes."""
 
-    def __init__(self, api: ApiServer, dag_rel_path: Path, bundle_name: str) -> None:
+    def __init__(
+        self, api: ApiServer, dag_rel_path: Path, bundle_name: str, log_file: Path | None = None
+    ) -> None:
         self.api = api
+        self.log_file = log_file
         self.dag_rel_path = dag_rel_path
         self.bundle_name = bundle_name
         self.running: dict[int, Any] = {}
@@ -153,7 +160,8 @@ class TaskProcesses:
             code = 1
             try:
                 _die_with_parent()
-                _quiet_child_stdio()
+                _quiet_child_stdio(self.log_file)
+                _log_tasks_at_info()
                 code = _supervise(workload, self.api.url)
             finally:
                 os._exit(code)
@@ -177,6 +185,14 @@ class TaskProcesses:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
         self.running.clear()
+
+
+def _log_tasks_at_info() -> None:  # pragma: no cover - runs in the child
+    """Task logs keep INFO lines (model calls, tool calls) even though the runner itself is quiet."""
+    from airflow.configuration import conf
+
+    os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "INFO"
+    conf.set("logging", "logging_level", "INFO")
 
 
 def _supervise(workload: Any, server: str) -> int:  # pragma: no cover - runs in the child
