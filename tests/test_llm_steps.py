@@ -15,7 +15,6 @@ from airflow_provider_agentloom.dag_factory import build_dag
 from airflow_provider_agentloom.llm.gateway import ProviderGateway
 from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.tools import ToolRegistry, tool
-from airflow_provider_agentloom.tools.builtins import register_builtins
 
 
 @tool(description="Look up the price of a product.")
