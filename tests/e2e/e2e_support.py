@@ -1,0 +1,573 @@
+"""Helpers for the live-Airflow end-to-end test.
+
+:class:`AirflowStack` runs the real Airflow components (api-server, scheduler, dag-processor and,
+with the CeleryExecutor, a Celery worker) as subprocesses against a fresh PostgreSQL database,
+each in its own process group with its output in a log file, and talks to them over REST.
+
+Environment knobs (all optional):
+
+- ``AGENTLOOM_E2E_EXECUTOR``: ``CeleryExecutor`` (default) or ``LocalExecutor``.
+- ``AGENTLOOM_E2E_PG_HOST`` / ``AGENTLOOM_E2E_PG_PORT`` / ``AGENTLOOM_E2E_PG_USER``: the PostgreSQL
+  server the test creates its database on (default ``127.0.0.1``, ``5432``, ``postgres``; trust auth).
+- ``AGENTLOOM_E2E_REDIS_URL``: the Celery broker (default ``redis://127.0.0.1:6379/0``). Each run
+  uses a queue and a worker name of its own, so runs sharing a Redis do not take each other's tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REPO_DAGS = ROOT / "dags"
+
+PG_HOST = os.environ.get("AGENTLOOM_E2E_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("AGENTLOOM_E2E_PG_PORT", "5432"))
+PG_USER = os.environ.get("AGENTLOOM_E2E_PG_USER", "postgres")
+REDIS_URL = os.environ.get("AGENTLOOM_E2E_REDIS_URL", "redis://127.0.0.1:6379/0")
+EXECUTOR = os.environ.get("AGENTLOOM_E2E_EXECUTOR", "CeleryExecutor")
+
+# Fixed and long (>= 64 bytes), so every component signs and checks the same tokens without the
+# HMAC key-length warning.
+JWT_SECRET = "agentloom-e2e-jwt-secret-" + "0123456789abcdef" * 4
+# A fixed Fernet key (urlsafe base64 of 32 bytes); the test database is thrown away afterwards.
+FERNET_KEY = "YWdlbnRsb29tLWUyZS1mZXJuZXQta2V5LTMyYnl0ZXM="
+
+BROKEN_YAML_NAME = "broken_sandbox.yaml"
+BROKEN_DAG_ID = "broken-sandbox"
+# A misspelled sandbox key (allowed_command): the strict parser rejects the whole file.
+BROKEN_YAML = """\
+name: broken-sandbox
+version: "1.0"
+description: A workflow with a misspelled sandbox key.
+config:
+  sandbox:
+    enabled: true
+    allowed_command: [echo]
+steps:
+  - id: hello
+    type: tool
+    tool_name: shell_command
+    tool_args:
+      command: "echo hello"
+"""
+
+# Variables that must not leak from the pytest process into the components.
+_DROP_ENV_PREFIXES = ("AIRFLOW", "_AIRFLOW", "AGENTLOOM")
+_DROP_ENV = {
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GOOGLE_API_KEY",
+    "OLLAMA_BASE_URL",
+    "OPENAI_BASE_URL",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+}
+_TERMINAL_RUN_STATES = {"success", "failed"}
+_SKIPPED = pytest.skip.Exception
+
+
+def tcp_reachable(host: str, port: int, timeout: float = 2.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    """Call ``check`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        try:
+            result = check()
+        except (httpx.HTTPError, OSError) as exc:
+            last_error, result = exc, None
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------------------------------
+# PostgreSQL
+
+
+def _pg_admin_connect() -> Any:
+    import psycopg2
+
+    connection = psycopg2.connect(
+        host=PG_HOST, port=PG_PORT, user=PG_USER, dbname="postgres", connect_timeout=5
+    )
+    connection.autocommit = True
+    return connection
+
+
+def create_database(name: str) -> str:
+    """Create database ``name``; return its SQLAlchemy URL."""
+    connection = _pg_admin_connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        connection.close()
+    return f"postgresql+psycopg2://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
+
+
+def drop_database(name: str) -> None:
+    connection = _pg_admin_connect()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        connection.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Processes
+
+
+@dataclass
+class Component:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: IO[bytes]
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def _descendants(pid: int) -> list[Any]:
+    import psutil
+
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def stop_components(components: list[Component], grace: float = 25.0) -> list[str]:
+    """SIGTERM every component's process group, wait up to ``grace`` s, then SIGKILL what is left.
+
+    Descendants are collected before the signals are sent, so a process that moved to a process
+    group of its own (the Task SDK runs each task in one) is still found and killed by its PID.
+    Returns a note per component that had to be killed.
+    """
+    import psutil
+
+    notes: list[str] = []
+    leftovers: list[Any] = []
+    for component in components:
+        if component.alive:
+            leftovers.extend(_descendants(component.process.pid))
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(component.process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for component in components:
+        try:
+            component.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            notes.append(f"{component.name} ignored SIGTERM for {grace:.0f} s; killed")
+    for component in components:
+        # The group leader may be gone while members of its group are not.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(component.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            component.process.wait(timeout=5)
+        component.log_file.close()
+    survivors = []
+    for proc in leftovers:
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                notes.append(f"killed leftover process {proc.pid} ({' '.join(proc.cmdline())[:80]})")
+                proc.kill()
+                survivors.append(proc)
+    psutil.wait_procs(survivors, timeout=5)
+    return notes
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------------------------------
+# The stack
+
+
+@dataclass
+class AirflowStack:
+    """The Airflow components of one test run, their files, database and REST client."""
+
+    base: Path
+    executor: str = EXECUTOR
+    run_key: str = field(default_factory=lambda: f"{os.getpid()}_{uuid.uuid4().hex[:8]}")
+    components: list[Component] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    database: str | None = None
+    client: httpx.Client | None = None
+
+    def __post_init__(self) -> None:
+        self.home = self.base / "airflow-home"
+        self.dags_folder = self.base / "dags"
+        self.logs = self.base / "component-logs"
+        self.working_dir = self.base / "work"
+        for folder in (self.home, self.dags_folder, self.logs, self.working_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.api_port = free_port()
+        self.log_server_port = free_port()
+        self.queue = f"agentloom_e2e_{self.run_key}"
+        self.api_url = f"http://127.0.0.1:{self.api_port}"
+        self.state_file = self.base / "stack-state.json"
+        self.watchdog: subprocess.Popen[bytes] | None = None
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    def prepare_dags(self) -> None:
+        """The repo's dags folder (loader + example YAML) plus one broken workflow file."""
+        for path in sorted(REPO_DAGS.iterdir()):
+            if path.is_file() and path.suffix in {".py", ".yaml", ".yml"}:
+                shutil.copy2(path, self.dags_folder / path.name)
+        (self.dags_folder / BROKEN_YAML_NAME).write_text(BROKEN_YAML, encoding="utf-8")
+
+    def env(self) -> dict[str, str]:
+        assert self.database is not None
+        db_url = f"postgresql+psycopg2://{PG_USER}@{PG_HOST}:{PG_PORT}/{self.database}"
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(_DROP_ENV_PREFIXES) and key not in _DROP_ENV
+        }
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+                "AIRFLOW__CORE__EXECUTOR": self.executor,
+                "AIRFLOW__CORE__PARALLELISM": "4",
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__CORE__FERNET_KEY": FERNET_KEY,
+                "AIRFLOW__CORE__AUTH_MANAGER": (
+                    "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+                ),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.api_url}/execution/",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.api_port),
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                # Re-parse the loader every 10 s (default 30): the broken file's import error, which
+                # every bundle refresh clears, comes back sooner.
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_server_port),
+                "AIRFLOW__AGENTLOOM__WORKING_DIR": str(self.working_dir / "{dag_id}" / "{run_id}"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if self.executor == "CeleryExecutor":
+            env.update(
+                {
+                    "AIRFLOW__CELERY__BROKER_URL": REDIS_URL,
+                    "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{db_url}",
+                    "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+                    "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "3600",
+                    # A queue of this run's own: a Redis shared with other runs cannot steal tasks.
+                    "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.queue,
+                }
+            )
+        return env
+
+    def _write_state(self) -> None:
+        """What the watchdog needs to clean up: the process groups, the database, the queue."""
+        state = {
+            "pgids": [component.process.pid for component in self.components],
+            "database": self.database,
+            "queue": self.queue if self.executor == "CeleryExecutor" else None,
+        }
+        partial = self.state_file.with_suffix(".partial")
+        partial.write_text(json.dumps(state), encoding="utf-8")
+        partial.replace(self.state_file)
+
+    def start_watchdog(self) -> None:
+        """Start the process that cleans up if pytest dies without running the fixture finalizer."""
+        self._write_state()
+        with (self.logs / "watchdog.log").open("wb") as log:
+            self.watchdog = subprocess.Popen(
+                [sys.executable, __file__, "--watchdog", str(os.getpid()), str(self.state_file)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def stop_watchdog(self) -> None:
+        if self.watchdog is not None and self.watchdog.poll() is None:
+            self.watchdog.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.watchdog.wait(timeout=5)
+
+    def _airflow(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "airflow", *args]
+
+    def migrate(self) -> None:
+        log_path = self.logs / "db-migrate.log"
+        started = time.monotonic()
+        with log_path.open("wb") as log:
+            result = subprocess.run(
+                self._airflow("db", "migrate"),
+                env=self.env(),
+                cwd=self.base,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=180,
+                check=False,
+            )
+        self.timings["db migrate"] = time.monotonic() - started
+        if result.returncode != 0:
+            raise RuntimeError(f"airflow db migrate exited {result.returncode}:\n{tail(log_path)}")
+
+    def start(self, name: str, *args: str) -> Component:
+        log_path = self.logs / f"{name}.log"
+        log_file = log_path.open("wb")
+        process = subprocess.Popen(
+            self._airflow(*args),
+            env=self.env(),
+            cwd=self.base,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, stopped as a whole
+        )
+        component = Component(name, process, log_path, log_file)
+        self.components.append(component)
+        self._write_state()
+        return component
+
+    def start_all(self) -> None:
+        self.started_at = time.monotonic()
+        self.start("api-server", "api-server")
+        self.start("scheduler", "scheduler")
+        self.start("dag-processor", "dag-processor")
+        if self.executor == "CeleryExecutor":
+            self.start(
+                "celery-worker",
+                "celery",
+                "worker",
+                "--queues",
+                self.queue,
+                "--concurrency",
+                "2",
+                "--celery-hostname",
+                f"{self.queue}@%h",
+                "--without-gossip",
+                "--without-mingle",
+            )
+        self.client = httpx.Client(base_url=self.api_url, timeout=15.0)
+
+    def check_alive(self) -> None:
+        for component in self.components:
+            if not component.alive:
+                raise RuntimeError(
+                    f"{component.name} exited with {component.process.returncode}:\n{tail(component.log_path)}"
+                )
+
+    def wait_healthy(self, timeout: float = 90.0) -> None:
+        assert self.client is not None
+        client = self.client
+
+        def healthy() -> bool:
+            self.check_alive()
+            response = client.get("/api/v2/monitor/health")
+            if response.status_code != 200:
+                return False
+            body = response.json()
+            return all(
+                (body.get(part) or {}).get("status") == "healthy"
+                for part in ("metadatabase", "scheduler", "dag_processor")
+            )
+
+        wait_for("api-server, scheduler and dag-processor to be healthy", healthy, timeout)
+        self.timings["start to healthy"] = time.monotonic() - self.started_at
+        token = client.get("/auth/token")
+        token.raise_for_status()
+        client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+
+    def stop(self) -> list[str]:
+        if self.client is not None:
+            self.client.close()
+        started = time.monotonic()
+        notes = stop_components(self.components)
+        self.timings["stop"] = time.monotonic() - started
+        if self.executor == "CeleryExecutor":
+            try:
+                clear_broker_keys(self.queue)
+            except Exception as exc:  # clean-up is best effort; the keys are tiny
+                notes.append(f"could not clear the Redis keys of {self.queue}: {exc!r}")
+        return notes
+
+    # -- REST ----------------------------------------------------------------------------------
+
+    def get(self, path: str, **params: Any) -> Any:
+        assert self.client is not None
+        self.check_alive()
+        response = self.client.get(path, params=params or None)
+        response.raise_for_status()
+        return response.json()
+
+    def dags(self) -> dict[str, dict[str, Any]]:
+        body = self.get("/api/v2/dags", limit=1000)
+        return {dag["dag_id"]: dag for dag in body["dags"]}
+
+    def import_errors(self) -> list[dict[str, Any]]:
+        return list(self.get("/api/v2/importErrors", limit=1000)["import_errors"])
+
+    def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any]) -> dict[str, Any]:
+        assert self.client is not None
+        response = self.client.post(
+            f"/api/v2/dags/{dag_id}/dagRuns",
+            json={"dag_run_id": run_id, "logical_date": None, "conf": conf},
+        )
+        if response.status_code >= 400:
+            raise AssertionError(f"trigger {dag_id} → {response.status_code}: {response.text}")
+        return dict(response.json())
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 120.0) -> dict[str, Any]:
+        def finished() -> dict[str, Any] | None:
+            run = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            return run if run["state"] in _TERMINAL_RUN_STATES else None
+
+        return dict(wait_for(f"run {dag_id}/{run_id} to finish", finished, timeout))
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        body = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+        return self.get(path)["value"]
+
+    # -- diagnostics ---------------------------------------------------------------------------
+
+    def log_tails(self, lines: int = 40) -> str:
+        parts = []
+        migrate_log = self.logs / "db-migrate.log"
+        if migrate_log.exists():
+            parts.append(f"----- db-migrate (last {lines} lines) -----\n{tail(migrate_log, lines)}")
+        for component in self.components:
+            state = "running" if component.alive else f"exited {component.process.returncode}"
+            parts.append(
+                f"----- {component.name} [{state}] (last {lines} lines) -----\n{tail(component.log_path, lines)}"
+            )
+        for task_log in sorted((self.home / "logs").rglob("*.log"))[:20]:
+            parts.append(f"----- task log {task_log.relative_to(self.home)} -----\n{tail(task_log, 25)}")
+        return "\n".join(parts)
+
+    @contextlib.contextmanager
+    def explain_failure(self) -> Iterator[None]:
+        """Print the component log tails when the block fails (including a pytest-timeout)."""
+        try:
+            yield
+        except BaseException as exc:
+            if isinstance(exc, _SKIPPED):
+                raise
+            print(f"\n===== Airflow component logs ({self.logs}) =====\n{self.log_tails()}", file=sys.stderr)
+            raise
+
+
+def clear_broker_keys(queue: str) -> None:
+    """Delete what this run's queue left in Redis (its binding set and, if any, pending messages)."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
+    try:
+        keys = list(client.scan_iter(match=f"*{queue}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def broker_reachable() -> bool:
+    parts = urlsplit(REDIS_URL)
+    return tcp_reachable(parts.hostname or "127.0.0.1", parts.port or 6379)
+
+
+# --------------------------------------------------------------------------------------------------
+# Watchdog: a separate process that cleans up when pytest dies without running its finalizers
+# (SIGKILL, pytest-timeout's thread method, a CI time limit). Normally the fixture stops it.
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def watchdog_main(parent_pid: int, state_file: Path, grace: float = 25.0) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    print(f"pytest ({parent_pid}) is gone; cleaning up", flush=True)
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    pgids = [int(pgid) for pgid in state.get("pgids", [])]
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_group_alive(pgid) for pgid in pgids):
+        time.sleep(0.5)
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    if state.get("database"):
+        time.sleep(1)
+        drop_database(state["database"])
+        print(f"dropped database {state['database']}", flush=True)
+    if state.get("queue"):
+        clear_broker_keys(state["queue"])
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--watchdog":
+    watchdog_main(int(sys.argv[2]), Path(sys.argv[3]))

@@ -1,0 +1,198 @@
+"""End to end on a live Airflow: api-server, scheduler, dag-processor and a Celery worker on PostgreSQL.
+
+The components run as subprocesses (see ``e2e_support.AirflowStack``) on a fresh database, with a
+dags folder holding a copy of the repo's ``dags/`` (the loader and the example workflows) and one
+broken workflow file. The test talks to Airflow only through its REST API, as a user would.
+
+Run: ``.venv/bin/pytest tests/e2e -m integration -q -s``. It is skipped when PostgreSQL is not
+reachable (``AGENTLOOM_E2E_PG_HOST``/``_PORT``, default 127.0.0.1:5432); set
+``AGENTLOOM_E2E_EXECUTOR=LocalExecutor`` to run without Redis and Celery.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import (
+    BROKEN_DAG_ID,
+    BROKEN_YAML_NAME,
+    EXECUTOR,
+    PG_HOST,
+    PG_PORT,
+    REDIS_URL,
+    AirflowStack,
+    broker_reachable,
+    create_database,
+    drop_database,
+    tcp_reachable,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration]
+
+EXAMPLE_DAGS = ("order-pipeline", "system-snapshot")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
+    if not tcp_reachable(PG_HOST, PG_PORT):
+        pytest.skip(f"PostgreSQL is not reachable on {PG_HOST}:{PG_PORT}")
+    missing = [m for m in ("psycopg2", "psutil") if importlib.util.find_spec(m) is None]
+    if EXECUTOR == "CeleryExecutor":
+        if importlib.util.find_spec("airflow.providers.celery") is None:
+            missing.append("apache-airflow-providers-celery")
+        if not broker_reachable():
+            pytest.fail(
+                f"Redis is not reachable at {REDIS_URL} (set AGENTLOOM_E2E_REDIS_URL, "
+                "or AGENTLOOM_E2E_EXECUTOR=LocalExecutor to run without Celery)"
+            )
+    if missing:
+        pytest.fail(f"the e2e test needs {', '.join(missing)} installed in this environment")
+
+    started = time.monotonic()
+    airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e"))
+    airflow.prepare_dags()
+    airflow.database = f"agentloom_e2e_{airflow.run_key}"
+    create_database(airflow.database)
+    airflow.start_watchdog()
+    try:
+        with airflow.explain_failure():
+            airflow.migrate()
+            airflow.start_all()
+            airflow.wait_healthy()
+            wait_for(
+                "the example DAGs to be listed",
+                lambda: set(EXAMPLE_DAGS) <= set(airflow.dags()),
+                timeout=90,
+            )
+            airflow.timings["start to DAGs listed"] = time.monotonic() - airflow.started_at
+        yield airflow
+    finally:
+        notes = airflow.stop()
+        drop_database(airflow.database)
+        airflow.stop_watchdog()
+        airflow.timings["fixture total"] = time.monotonic() - started
+        print(f"\n[e2e] executor={airflow.executor} timings (s): " + json.dumps(_rounded(airflow.timings)))
+        for note in notes:
+            print(f"[e2e] teardown: {note}")
+
+
+def _rounded(timings: dict[str, float]) -> dict[str, float]:
+    return {name: round(value, 1) for name, value in timings.items()}
+
+
+def _run_seconds(run: dict[str, Any]) -> float:
+    """Server-side duration of a run: queued to ended."""
+    queued = datetime.fromisoformat(run["queued_at"])
+    ended = datetime.fromisoformat(run["end_date"])
+    return (ended - queued).total_seconds()
+
+
+def _trigger_and_wait(stack: AirflowStack, dag_id: str, run_id: str, conf: dict[str, Any]) -> dict[str, Any]:
+    started = time.monotonic()
+    stack.trigger(dag_id, run_id, conf)
+    run = stack.wait_run(dag_id, run_id)
+    stack.timings[f"{run_id}: trigger to {run['state']} (wall)"] = time.monotonic() - started
+    stack.timings[f"{run_id}: queued to end (server)"] = _run_seconds(run)
+    tis = stack.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+    stack.timings[f"{run_id}: sum of task durations"] = sum(ti["duration"] or 0.0 for ti in tis)
+    assert run["state"] == "success", (run, stack.task_states(dag_id, run_id))
+    assert run["conf"] == conf
+    return run
+
+
+@pytest.mark.timeout(240)
+def test_examples_and_the_broken_file_are_listed(stack: AirflowStack) -> None:
+    with stack.explain_failure():
+        dags = stack.dags()
+        for dag_id in EXAMPLE_DAGS:
+            tags = {tag["name"] for tag in dags[dag_id]["tags"]}
+            assert {"agentloom", "example"} <= tags
+            assert "invalid" not in tags
+            assert not dags[dag_id]["is_paused"]
+
+        # The broken file becomes a placeholder DAG tagged `invalid`, named after its name: line.
+        placeholder = wait_for(
+            f"the placeholder DAG {BROKEN_DAG_ID}", lambda: stack.dags().get(BROKEN_DAG_ID), timeout=60
+        )
+        assert {tag["name"] for tag in placeholder["tags"]} == {"agentloom", "invalid"}
+        assert "allowed_command" in placeholder["description"]
+        tagged = {dag["dag_id"] for dag in stack.get("/api/v2/dags", tags="agentloom")["dags"]}
+        assert tagged == {*EXAMPLE_DAGS, BROKEN_DAG_ID}
+
+        # ... and an import error under the YAML's own path. Each bundle refresh (every 5 s here)
+        # clears import errors of non-.py files until the loader is parsed again, so poll.
+        def broken_file_error() -> dict[str, Any] | None:
+            for error in stack.import_errors():
+                if error["filename"].endswith(BROKEN_YAML_NAME):
+                    return error
+            return None
+
+        started = time.monotonic()
+        error = wait_for(
+            f"the import error of {BROKEN_YAML_NAME}", broken_file_error, timeout=75, interval=0.25
+        )
+        stack.timings["import error seen after"] = time.monotonic() - started
+        assert "allowed_command" in error["stack_trace"]
+        assert "allowed_commands" in error["stack_trace"]  # the suggestion
+        assert error["bundle_name"] == "dags-folder"
+        # The loader file itself imports fine: no import error names it.
+        assert not [e for e in stack.import_errors() if e["filename"].endswith("agentloom_dags.py")]
+
+
+@pytest.mark.timeout(180)
+def test_order_pipeline_runs_with_conf(stack: AirflowStack) -> None:
+    with stack.explain_failure():
+        conf = {"order": {"id": "E2E-42", "items": ["bolt", "nut"], "total": 1.5}}
+        _trigger_and_wait(stack, "order-pipeline", "e2e_order_1", conf)
+        assert stack.task_states("order-pipeline", "e2e_order_1") == {
+            "save_order": "success",
+            "describe": "success",
+        }
+
+        saved = stack.xcom("order-pipeline", "e2e_order_1", "save_order")
+        path = Path(saved["path"])
+        # The working dir is [agentloom] working_dir with {dag_id} and {run_id} filled in.
+        assert path == stack.working_dir / "order-pipeline" / "e2e_order_1" / "orders" / "E2E-42.json"
+        content = '{"order": "E2E-42", "first_item": "bolt"}'
+        assert path.read_text(encoding="utf-8") == content
+        assert saved["written"] == len(content.encode())
+
+        described = stack.xcom("order-pipeline", "e2e_order_1", "describe")
+        assert described["returncode"] == 0
+        assert described["stdout"] == f"order E2E-42 saved as {path}, {saved['written']} bytes\n"
+
+        # A second run on the warm worker: the figure for "a 2-step DAG, trigger to success".
+        _trigger_and_wait(stack, "order-pipeline", "e2e_order_2", {"order": {"id": "E2E-43", "items": ["x"]}})
+        assert stack.xcom("order-pipeline", "e2e_order_2", "save_order")["path"].endswith(
+            "/orders/E2E-43.json"
+        )
+
+
+@pytest.mark.timeout(180)
+def test_system_snapshot_with_conf_override(stack: AirflowStack) -> None:
+    with stack.explain_failure():
+        conf = {"title": "E2E snapshot", "report_path": "reports/e2e.md"}
+        _trigger_and_wait(stack, "system-snapshot", "e2e_snapshot_1", conf)
+        states = stack.task_states("system-snapshot", "e2e_snapshot_1")
+        assert states == dict.fromkeys(
+            ["kernel", "clock", "write_report", "read_back", "count_words"], "success"
+        )
+
+        kernel = stack.xcom("system-snapshot", "e2e_snapshot_1", "kernel")["stdout"].strip()
+        written = stack.xcom("system-snapshot", "e2e_snapshot_1", "write_report")
+        assert written["path"] == str(
+            stack.working_dir / "system-snapshot" / "e2e_snapshot_1" / "reports" / "e2e.md"
+        )
+        report = stack.xcom("system-snapshot", "e2e_snapshot_1", "read_back")
+        assert report.startswith("# E2E snapshot\n")
+        assert f"- kernel: {kernel}" in report
+        words = stack.xcom("system-snapshot", "e2e_snapshot_1", "count_words")
+        assert words["stdout"].split() == [str(len(report.split())), "reports/e2e.md"]
