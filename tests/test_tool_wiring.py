@@ -15,7 +15,7 @@ from airflow_provider_agentloom.loader import load_workflows
 
 CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
 
-TOOL_MODULE = '''
+TOOL_MODULE = """
 from airflow_provider_agentloom.tools import tool
 
 
@@ -25,7 +25,7 @@ def word_count(text: str) -> dict:
 
 
 TOOLS = [word_count]
-'''
+"""
 
 WORKFLOW = """name: {name}
 state: {{text: "three little words"}}
@@ -64,11 +64,17 @@ def test_loader_tools_argument_reaches_tasks(tmp_path: Path) -> None:
 def test_cli_registers_only_builtins_plus_named_modules(workdir: Path) -> None:
     (workdir / "my_tools.py").write_text(TOOL_MODULE)
     (workdir / "count.yaml").write_text(WORKFLOW.format(name="cli-tools"))
-    plain = subprocess.run([*CLI, "run", "count.yaml", "--json"], capture_output=True, text=True, timeout=180, check=False)
+    plain = subprocess.run(
+        [*CLI, "run", "count.yaml", "--json"], capture_output=True, text=True, timeout=180, check=False
+    )
     assert plain.returncode == 1
     assert "not registered" in json.loads(plain.stdout)["step_results"]["count"]["error"]
     named = subprocess.run(
-        [*CLI, "run", "count.yaml", "--json", "--tools", "my_tools"], capture_output=True, text=True, timeout=180, check=False
+        [*CLI, "run", "count.yaml", "--json", "--tools", "my_tools"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     assert named.returncode == 0, named.stderr
     assert json.loads(named.stdout)["final_state"]["counted"] == {"words": 3}

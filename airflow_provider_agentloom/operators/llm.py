@@ -11,6 +11,8 @@ later attempt of the same task reuses the replies already received, in order.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
@@ -22,14 +24,25 @@ from airflow_provider_agentloom.workflow.results import TokenUsage
 from airflow_provider_agentloom.workflow.templates import render_template
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from airflow.sdk import Context
 
     from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord, ToolSpec
     from airflow_provider_agentloom.tools.registry import ToolRegistry
 
 _REPLY_KEY = "agentloom_reply_{}"
+
+
+@dataclass
+class _ModelCall:
+    """What one model step needs once its prompts are rendered and its gateway is built."""
+
+    prompt: str
+    system: str | None
+    state: dict[str, Any]
+    base_dir: Path
+    gateway: Any
+    default_model: str | None
+    registry: ToolRegistry | None
 
 
 class ModelStepOperator(AgentLoomStepOperator):
@@ -45,19 +58,21 @@ class ModelStepOperator(AgentLoomStepOperator):
         prompt = render_template(step.prompt, state, self.warn_missing)
         system = render_template(step.system_prompt, state, self.warn_missing) if step.system_prompt else None
         base_dir = self.run_context.resolve_working_dir(context["run_id"])
-        store = context.get("task_state_store")
-        return anyio.run(self._call_model, prompt, system, state, base_dir, store)
+        # Connections are read here, outside the event loop: in a task each lookup is a
+        # request to the task supervisor.
+        gateway, default_model = self.run_context.gateway(base_dir)
+        registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
+        call = _ModelCall(prompt, system, state, base_dir, gateway, default_model, registry)
+        return anyio.run(self._call_model, call, context.get("task_state_store"))
 
-    async def _call_model(
-        self, prompt: str, system: str | None, state: dict[str, Any], base_dir: Path, store: Any
-    ) -> StepOutcome:
+    async def _call_model(self, call: _ModelCall, store: Any) -> StepOutcome:
         from airflow_provider_agentloom.llm.types import ChatRequest, Message
 
         step = self.step
         assert isinstance(step, (LLMCallStep, AgentStep))
-        attachments = await self._attachments(state, base_dir)
-        gateway, default_model = self.run_context.gateway(base_dir)
-        registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
+        gateway, registry = call.gateway, call.registry
+        attachments = await self._attachments(call.state, call.base_dir)
+        prompt, system, default_model = call.prompt, call.system, call.default_model
         messages = ([Message.system(system)] if system else []) + [Message.user(prompt, attachments)]
         request = ChatRequest(
             messages=messages,
