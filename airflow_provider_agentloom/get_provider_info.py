@@ -29,7 +29,6 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_agentloom.operators.tool",
                     "airflow_provider_agentloom.operators.llm",
-                    "airflow_provider_agentloom.operators.router",
                 ],
             }
         ],
