@@ -241,14 +241,25 @@ async def send(
         async with client_for(target, timeout=httpx.Timeout(timeout)) as client:
             response = await client.request(method, url, headers=headers, json=json, content=content)
     except httpx.TimeoutException as exc:
-        raise TimeoutError(f"{type(exc).__name__}: a phase of the request took over {timeout:g} s") from exc
+        raise TimeoutError(
+            f"{type(exc).__name__}: a phase of {method} {shown_url(url)} took over {timeout:g} s"
+        ) from exc
     except httpx.HTTPError as exc:
-        raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        raise ConnectionError(f"{type(exc).__name__}: {method} {shown_url(url)}: {exc}") from exc
     return {
         "status_code": response.status_code,
         "headers": visible_headers(response.headers),
         "body": response.text,
     }
+
+
+def shown_url(url: str) -> str:
+    """The URL as errors show it: without user info, query or fragment, which may carry secrets."""
+    try:
+        parts = httpx.URL(url)
+    except httpx.InvalidURL:
+        return "<invalid URL>"
+    return str(parts.copy_with(userinfo=b"", query=None, fragment=None))
 
 
 def visible_headers(headers: httpx.Headers) -> dict[str, str]:

@@ -1,0 +1,430 @@
+"""Upstream's example corpus through ``agentloom run FILE --provider mock --json``, one CLI process each.
+
+The examples whose steps are only ``llm_call`` and ``tool`` run offline on the mock provider: every
+model call answers from the example's own fixture when it names one, else with the default reply
+"Mock response". Those that need the internet or local media files fail, and each such row says
+why and checks that the error names that reason (the URL, the file path), so a failure for any
+other reason fails the test.
+
+Every run gets a fresh copy of its example (plus the fixture folder it names) in a temporary
+directory it runs from, an Airflow home in a temporary directory, and a network guard loaded in
+the CLI process itself (``sitecustomize`` on ``PYTHONPATH``: no DNS look-up and no connection
+except to loopback), so the results do not depend on whether the machine is online — and nothing
+leaves it. The table's runs go two at a time (see ``TableRuns``); ~8 s each, ~17 s for the ones
+that retry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
+
+CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
+
+# Loaded by every Python process started with this folder on PYTHONPATH: the CLI and (forked from
+# it) Airflow's task processes. The same rule as the network guard of tests/conftest.py.
+NETWORK_GUARD = """\
+import socket
+
+_real_getaddrinfo = socket.getaddrinfo
+_real_connect = socket.socket.connect
+
+
+def _name(host):
+    return host.decode() if isinstance(host, bytes) else str(host)
+
+
+def _loopback(host):
+    return _name(host) in ("localhost", "::1") or _name(host).startswith(("127.", "::ffff:127."))
+
+
+def _getaddrinfo(host, *args, **kwargs):
+    if host is not None and not _loopback(host):
+        raise socket.gaierror(socket.EAI_NONAME, f"test network guard: DNS look-up of {_name(host)!r} refused")
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+def _connect(sock, address):
+    if isinstance(address, tuple) and not _loopback(address[0]):
+        raise OSError(f"test network guard: connection to {address!r} refused")
+    return _real_connect(sock, address)
+
+
+socket.getaddrinfo = _getaddrinfo
+socket.socket.connect = _connect
+"""
+
+MOCK_DEFAULT_REPLY = "Mock response"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What ``agentloom run EXAMPLE --provider mock`` does offline, and why.
+
+    For a failing example: the step that fails, its attempts, texts its error must contain (``{work}``
+    is the directory the run starts from) and the steps skipped after it.
+    """
+
+    status: str
+    why: str
+    failed_step: str | None = None
+    attempts: int = 1
+    error_parts: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    missing_files: tuple[str, ...] = ()
+    needs_dirs: tuple[str, ...] = ()
+
+
+def _no_dns(url: str, host: str, step: str, skipped: tuple[str, ...] = ()) -> Expect:
+    """An image attachment downloaded from (or checked at) a public host: refused offline, retried."""
+    return Expect(
+        "failed",
+        f"needs internet: image attachment {url}",
+        failed_step=step,
+        attempts=4,  # reference 4.6: any attachment resolution error is a step error, retried
+        error_parts=(
+            f"Sandbox violation (attachment): attachment 0 ({url}",
+            f"host '{host}' does not resolve",
+        ),
+        skipped=skipped,
+    )
+
+
+def _missing_media(path: str, step: str, skipped: str) -> Expect:
+    return Expect(
+        "failed",
+        f"needs a local media file that is not in the corpus: {path}",
+        failed_step=step,
+        attempts=4,
+        error_parts=(f"Attachment 0 ({path}): no such file: {path}",),
+        skipped=(skipped,),
+        missing_files=(path,),
+    )
+
+
+CASES: dict[str, Expect] = {
+    "01": Expect("success", "one llm_call"),
+    "02": Expect("success", "three chained llm_calls"),
+    "04": Expect(
+        "failed",
+        "needs internet: tool step http_request GET https://httpbin.org/json",
+        failed_step="fetch_data",
+        attempts=4,  # seed tools page: every error a tool raises is retried
+        # The product's text names the tool, the request and the transport error; the host comes from the
+        # resolver's own error (here the guard's, offline the system's "Name or service not known").
+        error_parts=(
+            "Tool 'http_request' failed: ConnectError: GET https://httpbin.org/json:",
+            "DNS look-up of 'httpbin.org' refused",
+        ),
+        skipped=("analyze",),
+    ),
+    "08": Expect("success", "four chained llm_calls"),
+    "13": Expect("success", "file_write/file_read tools under /tmp/agentloom-demo, two llm_calls"),
+    "16": Expect("success", "three llm_calls (a circuit-breaker demo; meaningless on the mock)"),
+    "17": Expect(
+        "success",
+        "shell/file tools in a sandbox rooted at /tmp/agentloom, one llm_call",
+        needs_dirs=("/tmp/agentloom",),  # the example runs `echo` with cwd /tmp/agentloom
+    ),
+    "19": _no_dns(
+        "https://placehold.co/400x300/orange/white.png?", "placehold.co", "describe", ("summarize",)
+    ),
+    "20": Expect("success", "inline base64 image attachment"),
+    # fetch: provider downloads nothing, but the URL gets the same host checks (reference 4.6).
+    "21": _no_dns("https://httpbin.org/image/png", "httpbin.org", "describe"),
+    "22": _no_dns("https://placehold.co/200x200/blue/white.png?", "placehold.co", "analyze_trusted"),
+    "23": _missing_media("/tmp/agentloom/sample.pdf", "extract", "summarize"),
+    "24": _missing_media("/tmp/agentloom/recording.wav", "transcribe", "analyze"),
+    "25": Expect("success", "config.stream: true"),
+    "26": _no_dns(
+        "https://www.google.com/images/branding/googlelogo/2x/googlelogo_color_272x92dp.png",
+        "www.google.com",
+        "describe",
+    ),
+    "27": Expect("success", "array index in a template"),
+    "28": Expect("success", "two chained llm_calls"),
+    "31": Expect("success", "two chained llm_calls (the --record target)"),
+    "32": Expect(
+        "failed",
+        "its responses_file recordings/byzantine.json is not in the corpus: a named fixture that is "
+        "missing is an error, never a silent default reply",
+        failed_step="explain",
+        attempts=1,  # a configuration error: not retried
+        error_parts=(
+            "Mock responses file 'recordings/byzantine.json' not found",
+            "(tried: {work}/recordings/byzantine.json)",
+        ),
+        skipped=("critique",),
+    ),
+    "35": Expect("success", "llm_call with a model tool call, on its committed fixture"),
+}
+
+# Examples whose steps are only llm_call and tool but that are left out of the table above.
+EXCLUDED = {
+    "18": "tool steps only, refused by the sandbox by design; each refusal's reason is checked by "
+    "tests/test_tool_wiring.py and tests/tools/test_example_18.py",
+}
+
+
+@dataclass
+class ExampleRun:
+    proc: subprocess.CompletedProcess[str]
+    workflow: dict[str, Any]
+    work: Path
+    home: Path
+    seconds: float
+
+    @property
+    def document(self) -> dict[str, Any]:
+        try:
+            document: dict[str, Any] = json.loads(self.proc.stdout)
+        except ValueError:
+            pytest.fail(
+                f"no JSON document on stdout (exit {self.proc.returncode}):\n{self.proc.stderr[-4000:]}"
+            )
+        return document
+
+
+def example_file(examples_dir: Path, example_id: str) -> Path:
+    (found,) = sorted(examples_dir.glob(f"{example_id}_*.yaml"))
+    return found
+
+
+def run_example(examples_dir: Path, example_id: str, tmp_path: Path, home: Path, *extra: str) -> ExampleRun:
+    """Copy the example (and the fixture folder it names) to ``tmp_path/work`` and run it from there."""
+    source = example_file(examples_dir, example_id)
+    workflow = yaml.safe_load(source.read_text(encoding="utf-8"))
+    work = tmp_path / "work"
+    work.mkdir(parents=True)
+    shutil.copy2(source, work / source.name)
+    fixture = (workflow.get("config") or {}).get("responses_file")
+    if fixture:
+        folder = Path(fixture).parts[0]
+        if (examples_dir / folder).is_dir():
+            shutil.copytree(examples_dir / folder, work / folder)
+    guard = tmp_path / "guard"
+    guard.mkdir()
+    (guard / "sitecustomize.py").write_text(NETWORK_GUARD, encoding="utf-8")
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("AIRFLOW", "OPENAI_", "ANTHROPIC_", "GOOGLE_", "OLLAMA_"))
+        and "PROXY" not in name.upper()
+    }
+    env.update(PYTHONPATH=str(guard), AGENTLOOM_HOME=str(home), AGENTLOOM_AIRFLOW_LOG_LEVEL="INFO")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [*CLI, "run", source.name, "--provider", "mock", "--json", *extra],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    return ExampleRun(proc, workflow, work, home, time.monotonic() - started)
+
+
+class TableRuns:
+    """The CLI runs of the table's selected rows, started together on first use, two at a time.
+
+    Several examples wait seconds between retries (upstream's back-off), so two runs overlap. Each
+    worker has its own Airflow home (SQLite is never shared by two runs at once); each run its own
+    directory.
+    """
+
+    WORKERS = 2
+
+    def __init__(self, base: Path, selected: list[str]) -> None:
+        self.base = base
+        self.selected = selected
+        self.homes: queue.Queue[Path] = queue.Queue()
+        for index in range(self.WORKERS):
+            self.homes.put(base / f"home-{index}")
+        self.pool: ThreadPoolExecutor | None = None
+        self.futures: dict[str, Future[ExampleRun]] = {}
+
+    def get(self, examples_dir: Path, example_id: str) -> ExampleRun:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.WORKERS, thread_name_prefix="example-run")
+            for key in self.selected:
+                self.futures[key] = self.pool.submit(self._run, examples_dir, key)
+        return self.futures[example_id].result()
+
+    def _run(self, examples_dir: Path, example_id: str) -> ExampleRun:
+        for folder in CASES[example_id].needs_dirs:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        home = self.homes.get()
+        try:
+            return run_example(examples_dir, example_id, self.base / f"example-{example_id}", home)
+        finally:
+            self.homes.put(home)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def table_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TableRuns]:
+    selected = [
+        str(item.callspec.params["example_id"])
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.originalname == "test_example_runs_on_the_mock_provider"
+    ]
+    runs = TableRuns(tmp_path_factory.mktemp("examples"), selected)
+    yield runs
+    runs.close()
+
+
+def test_the_table_covers_every_llm_call_and_tool_only_example(examples_dir: Path) -> None:
+    only_llm_and_tools = set()
+    for path in examples_dir.glob("*.yaml"):
+        steps = yaml.safe_load(path.read_text(encoding="utf-8"))["steps"]
+        if {step["type"] for step in steps} <= {"llm_call", "tool"}:
+            only_llm_and_tools.add(path.name.split("_", 1)[0])
+    assert only_llm_and_tools == set(CASES) | set(EXCLUDED)
+    assert not set(CASES) & set(EXCLUDED)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("example_id", "expect"),
+    [pytest.param(key, value, id=f"{key}-{value.status}") for key, value in CASES.items()],
+)
+def test_example_runs_on_the_mock_provider(
+    examples_dir: Path, table_runs: TableRuns, example_id: str, expect: Expect
+) -> None:
+    for path in expect.missing_files:
+        assert not Path(path).exists(), f"{path} exists on this machine: example {example_id} would not fail"
+    run = table_runs.get(examples_dir, example_id)
+    print(f"example {example_id}: exit {run.proc.returncode} in {run.seconds:.1f} s")
+    document = run.document
+    steps = document["step_results"]
+    assert document["status"] == expect.status, (expect.why, document["error"], run.proc.stderr[-3000:])
+    assert set(steps) == {step["id"] for step in run.workflow["steps"]}
+    if expect.status == "success":
+        assert run.proc.returncode == 0
+        check_success(run)
+        return
+    assert run.proc.returncode == 1
+    assert expect.failed_step is not None
+    failed = steps[expect.failed_step]
+    assert failed["status"] == "failed"
+    assert failed["attempts"] == expect.attempts
+    for part in expect.error_parts:
+        assert part.format(work=run.work.resolve()) in failed["error"], (expect.why, failed["error"])
+    assert document["error"] == f"Step '{expect.failed_step}' failed: {failed['error']}"
+    for step_id in expect.skipped:
+        assert steps[step_id]["status"] == "skipped"
+        assert steps[step_id]["attempts"] == 0
+    others = set(steps) - {expect.failed_step, *expect.skipped}
+    assert all(steps[step_id]["status"] == "success" for step_id in others)
+
+
+def check_success(run: ExampleRun) -> None:
+    """Every step succeeded at once; outputs reached the state; model steps answered as the mock does."""
+    document = run.document
+    has_fixture = bool((run.workflow.get("config") or {}).get("responses_file"))
+    for step in run.workflow["steps"]:
+        result = document["step_results"][step["id"]]
+        assert result["status"] == "success", (step["id"], result["error"])
+        assert result["attempts"] == 1
+        if step.get("output"):
+            assert document["final_state"][step["output"]] == result["output"]
+        if step["type"] == "llm_call" and not has_fixture:
+            assert result["output"] == MOCK_DEFAULT_REPLY
+            assert result["provider"] == "mock"
+
+
+@pytest.mark.timeout(300)
+def test_example_35_replays_its_fixture_and_its_tool_error_goes_back_to_the_model(
+    examples_dir: Path, tmp_path: Path
+) -> None:
+    """Example 35 on its committed fixture ``recordings/tool_calling.json`` (keyed by the step id ``ask``).
+
+    Turn 1 of the fixture asks for ``http_request`` GET https://httpbin.org/get; the call is really
+    dispatched to the built-in tool under the example's sandbox (``allowed_domains: [httpbin.org]``),
+    whose DNS check fails offline. Seed tools page, "A step or the model": a model tool call's error
+    "goes back to the model as the tool's result; the step goes on" — so turn 2 is asked with that
+    error as the tool message, and its text is the step's output.
+    """
+    fixture = json.loads((examples_dir / "recordings" / "tool_calling.json").read_text(encoding="utf-8"))
+    first, second = fixture["ask"]
+    (asked,) = first["tool_calls"]
+    assert asked["name"] == "http_request"
+    assert asked["arguments"]["url"] == "https://httpbin.org/get"
+
+    home = Path(os.environ["AGENTLOOM_HOME"])  # the session's home, already migrated
+    run = run_example(examples_dir, "35", tmp_path, home, "--record", "rec.json", "--record-tools")
+    assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    document = run.document
+    assert document["status"] == "success"
+    ask = document["step_results"]["ask"]
+    assert ask["status"] == "success"
+    assert ask["attempts"] == 1  # the tool error did not fail the step
+
+    # The step-id entry matched: the output is the fixture's turn 2, not the mock's default reply.
+    assert ask["output"] == second["content"]
+    assert ask["output"] != MOCK_DEFAULT_REPLY
+    assert document["final_state"]["answer"] == second["content"]
+    # Both turns were played: usage and cost are the sums of the fixture's two entries.
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert ask["token_usage"][key] == first["usage"][key] + second["usage"][key]
+    assert ask["cost_usd"] == pytest.approx(first["cost_usd"] + second["cost_usd"])
+
+    # The recording (--record-tools) holds the tool call's outcome under the reply that asked for it.
+    recording = json.loads((run.work / "rec.json").read_text(encoding="utf-8"))
+    turn1, turn2 = recording["ask"]
+    assert turn1["tool_calls"] == first["tool_calls"]
+    outcome = turn1["tool_results"][asked["id"]]
+    assert outcome["name"] == "http_request"
+    assert outcome["result"] is None
+    error = outcome["error"]
+    assert error.startswith("Error: Sandbox violation (http_request): host 'httpbin.org' does not resolve")
+    assert turn2["content"] == second["content"]
+
+    # Turn 2 was asked with that error as the tool's result: the recorder keys each reply by the
+    # prompt hash of its request (upstream's canonical form), and this is the hash of
+    # [user question, assistant tool call, tool message = the error].
+    question = run.workflow["state"]["question"]
+    messages = [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": "", "tool_calls": [asked]},
+        {"role": "tool", "content": error, "tool_call_id": asked["id"]},
+    ]
+    turn2_hash = prompt_hash_of(messages, run.workflow["config"]["model"], None, None, None)
+    assert recording[turn2_hash]["content"] == second["content"]
+
+    # The task log says the same: the mock read the copied fixture, the tool call failed, one attempt.
+    logs = home / "logs"
+    (log_file,) = logs.glob(f"dag_id=*/run_id={document['run_id']}/task_id=ask/attempt=*.log")
+    assert log_file.name == "attempt=1.log"
+    events = [json.loads(line).get("event", "") for line in log_file.read_text().splitlines() if line]
+    fixture_path = run.work.resolve() / "recordings" / "tool_calling.json"
+    assert f"LLM provider: mock (fixture {fixture_path})" in events
+    (tool_line,) = [event for event in events if event.startswith("Tool call ")]
+    assert tool_line.startswith(f"Tool call http_request(method, url) -> error: {error}, ")
+    assert tool_line.endswith(" ms")
+    usage = ask["token_usage"]
+    model_line = (
+        f"Model gpt-4o-mini via openai: {usage['prompt_tokens']} prompt + {usage['completion_tokens']}"
+    )
+    assert any(event.startswith(model_line) for event in events)

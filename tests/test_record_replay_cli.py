@@ -1,0 +1,309 @@
+"""``agentloom run --record`` then ``agentloom replay``, through the CLI, with a model that calls a tool.
+
+The model is a loopback HTTP server speaking OpenAI's chat-completions format, reached the way
+upstream's users configure it: ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``. The workflow (written
+here) is an ``agent`` step whose model first calls ``append_note`` — a tool of our own, loaded with
+``--tools`` from a module on ``PYTHONPATH``, that appends a line to a ledger file — and then
+answers; an ``llm_call`` summarises that answer; a ``file_write`` tool step saves the summary.
+
+What the seed tools page says (``seed-tools-page.txt``, table "A step or the model"):
+
+    --record-tools | Not recorded: the tool runs again on replay. | Recorded, and replayed without
+    running the tool.
+
+(first column: a ``tool`` step; second: a model's tool call). Without ``--record-tools`` a
+recording keeps only the model's replies (README, "Mock, record and replay": ``--record-tools``
+*also* records the model's tool calls and their results), so a replay runs the model's tool again.
+
+Each CLI process loads a network guard (``sitecustomize`` on ``PYTHONPATH``): loopback only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
+if _LLM_TESTS not in sys.path:
+    sys.path.insert(0, _LLM_TESTS)
+
+from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
+
+CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
+KEY = "sk-loopback-record-replay"
+FACT = "Rivers carve valleys over millennia."
+CALL_ID = "call_note_1"
+
+WORKFLOW = """\
+name: record-replay-tools
+config:
+  provider: openai
+  model: gpt-4o-mini
+state:
+  topic: rivers
+steps:
+  - id: research
+    type: agent
+    prompt: "Note one fact about {state.topic} in the ledger, then say what you noted."
+    tools: [append_note]
+    max_iterations: 3
+    output: findings
+  - id: summarize
+    type: llm_call
+    depends_on: [research]
+    prompt: "Summarize in one line: {state.findings}"
+    output: summary
+  - id: save
+    type: tool
+    depends_on: [summarize]
+    tool_name: file_write
+    tool_args:
+      path: summary.txt
+      content: "{state.summary}"
+    output: saved
+"""
+
+TOOL_MODULE = """\
+from pathlib import Path
+
+from airflow_provider_agentloom.tools import tool
+
+LEDGER = Path({ledger!r})
+
+
+@tool(description="Append a note to the ledger; returns the note and its line number.")
+def append_note(text: str) -> dict:
+    with LEDGER.open("a", encoding="utf-8") as handle:
+        handle.write(text + "\\n")
+    return {{"line": len(LEDGER.read_text(encoding="utf-8").splitlines()), "note": text}}
+"""
+
+NETWORK_GUARD = """\
+import socket
+
+_real_getaddrinfo = socket.getaddrinfo
+_real_connect = socket.socket.connect
+
+
+def _name(host):
+    return host.decode() if isinstance(host, bytes) else str(host)
+
+
+def _loopback(host):
+    return _name(host) in ("localhost", "::1") or _name(host).startswith(("127.", "::ffff:127."))
+
+
+def _getaddrinfo(host, *args, **kwargs):
+    if host is not None and not _loopback(host):
+        raise socket.gaierror(socket.EAI_NONAME, f"test network guard: DNS look-up of {_name(host)!r} refused")
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+def _connect(sock, address):
+    if isinstance(address, tuple) and not _loopback(address[0]):
+        raise OSError(f"test network guard: connection to {address!r} refused")
+    return _real_connect(sock, address)
+
+
+socket.getaddrinfo = _getaddrinfo
+socket.socket.connect = _connect
+"""
+
+
+def _completion(message: dict[str, Any], finish: str, prompt_tokens: int, completion_tokens: int) -> Reply:
+    return Reply(
+        json={
+            "id": f"chatcmpl-{prompt_tokens}",
+            "object": "chat.completion",
+            "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+    )
+
+
+def model(request: SeenRequest) -> Reply:
+    """The scripted model: the agent's first turn calls ``append_note``; every other turn answers."""
+    if request.method != "POST" or request.path != "/v1/chat/completions":
+        return Reply(status=404, json={"error": {"message": f"no route {request.path}"}})
+    messages = request.body["messages"]
+    if request.body.get("tools"):
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        if not results:
+            call = {
+                "id": CALL_ID,
+                "type": "function",
+                "function": {"name": "append_note", "arguments": json.dumps({"text": FACT})},
+            }
+            return _completion(
+                {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", 41, 12
+            )
+        noted = json.loads(results[-1])
+        text = f"Noted fact #{noted['line']}: {noted['note']}"
+        return _completion({"role": "assistant", "content": text}, "stop", 67, 15)
+    findings = messages[-1]["content"].removeprefix("Summarize in one line: ")
+    return _completion({"role": "assistant", "content": f"Summary: {findings}"}, "stop", 23, 9)
+
+
+@pytest.fixture
+def server() -> Iterator[LoopbackServer]:
+    srv = LoopbackServer(model).start()
+    yield srv
+    srv.stop()
+
+
+@dataclass
+class Setup:
+    work: Path
+    ledger: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [*CLI, *args, "--tools", "ledger_tools", "--json"],
+            cwd=self.work,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        document: dict[str, Any] = json.loads(proc.stdout)
+        assert document["status"] == "success", document["error"]
+        return document
+
+
+@pytest.fixture
+def setup(tmp_path: Path, server: LoopbackServer) -> Setup:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "wf.yaml").write_text(WORKFLOW, encoding="utf-8")
+    ledger = tmp_path / "ledger.txt"
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "ledger_tools.py").write_text(TOOL_MODULE.format(ledger=str(ledger)), encoding="utf-8")
+    (modules / "sitecustomize.py").write_text(NETWORK_GUARD, encoding="utf-8")
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("AIRFLOW") and "PROXY" not in name.upper()
+    }
+    env.update(
+        PYTHONPATH=str(modules),
+        AGENTLOOM_HOME=os.environ["AGENTLOOM_HOME"],  # the session's home, already migrated
+        AGENTLOOM_AIRFLOW_LOG_LEVEL="INFO",
+        OPENAI_API_KEY=KEY,
+        OPENAI_BASE_URL=server.url,
+    )
+    return Setup(work, ledger, env)
+
+
+def record(setup: Setup, server: LoopbackServer, *flags: str) -> dict[str, Any]:
+    """Run against the loopback model with ``--record rec.json``; check what the live run did."""
+    document = setup.cli("run", "wf.yaml", "--record", "rec.json", *flags)
+    # research: tool call, then the answer after the tool's result; summarize: one call.
+    assert server.count == 3
+    first, second, third = server.requests
+    assert first.headers["authorization"] == f"Bearer {KEY}"
+    assert [t["function"]["name"] for t in first.body["tools"]] == ["append_note"]
+    (tool_message,) = [m for m in second.body["messages"] if m["role"] == "tool"]
+    assert tool_message["tool_call_id"] == CALL_ID
+    assert json.loads(tool_message["content"]) == {"line": 1, "note": FACT}
+    assert "tools" not in third.body
+    assert setup.ledger.read_text(encoding="utf-8") == FACT + "\n"  # the tool ran once
+    steps = document["step_results"]
+    assert steps["research"]["output"] == f"Noted fact #1: {FACT}"
+    assert steps["summarize"]["output"] == f"Summary: Noted fact #1: {FACT}"
+    assert (setup.work / "summary.txt").read_text(encoding="utf-8") == steps["summarize"]["output"]
+    assert steps["research"]["token_usage"]["total_tokens"] == (41 + 12) + (67 + 15)
+    return document
+
+
+def assert_same_run(replayed: dict[str, Any], recorded: dict[str, Any]) -> None:
+    """The replay ends in the recorded run's state, step by step."""
+    assert replayed["final_state"] == recorded["final_state"]
+    assert replayed["step_results"].keys() == recorded["step_results"].keys()
+    for step_id, was in recorded["step_results"].items():
+        now = replayed["step_results"][step_id]
+        for key in ("status", "output", "attempts", "token_usage", "model"):
+            assert now[key] == was[key], (step_id, key)
+        assert now["cost_usd"] == pytest.approx(was["cost_usd"])
+    assert replayed["total_tokens"] == recorded["total_tokens"]
+
+
+def task_log_events(document: dict[str, Any], task_id: str) -> list[str]:
+    logs = Path(os.environ["AGENTLOOM_HOME"]) / "logs"
+    (log_file,) = logs.glob(f"dag_id=*/run_id={document['run_id']}/task_id={task_id}/attempt=*.log")
+    return [json.loads(line).get("event", "") for line in log_file.read_text().splitlines() if line]
+
+
+@pytest.mark.timeout(300)
+def test_replay_of_a_record_tools_recording_is_offline_and_does_not_run_the_tool(
+    setup: Setup, server: LoopbackServer
+) -> None:
+    """Seed tools page, row ``--record-tools``, column "A model's tool call": "Recorded, and replayed
+    without running the tool." Column "tool step": "Not recorded: the tool runs again on replay."
+    """
+    recorded = record(setup, server, "--record-tools")
+    recording = json.loads((setup.work / "rec.json").read_text(encoding="utf-8"))
+    call_turn = recording["research"][0]
+    assert call_turn["tool_results"][CALL_ID] == {
+        "name": "append_note",
+        "result": {"line": 1, "note": FACT},
+        "error": None,
+    }
+
+    setup.ledger.unlink()
+    (setup.work / "summary.txt").unlink()
+    replayed = setup.cli("replay", "wf.yaml", "--recording", "rec.json")
+
+    assert server.count == 3  # the server is still up, and no request reached it
+    assert not setup.ledger.exists()  # the model's tool call was replayed, not run
+    assert_same_run(replayed, recorded)
+    assert (
+        replayed["step_results"]["research"]["provider"] == recorded["step_results"]["research"]["provider"]
+    )
+    # The tool step is not recorded: file_write ran again and wrote the same summary.
+    assert (setup.work / "summary.txt").read_text(encoding="utf-8") == replayed["final_state"]["summary"]
+    events = task_log_events(replayed, "research")
+    (tool_line,) = [event for event in events if event.startswith("Tool call ")]
+    assert tool_line.startswith("Tool call append_note(text) -> ok (replayed)")
+
+
+@pytest.mark.timeout(300)
+def test_replay_of_a_recording_without_record_tools_runs_the_tool_again(
+    setup: Setup, server: LoopbackServer
+) -> None:
+    """Without ``--record-tools`` only the model's replies are recorded (README, "Mock, record and
+    replay"; seed tools page, row ``--record-tools``), so the replay runs the model's tool call again —
+    the ledger file reappears — while the model's replies still come from the recording: the
+    replay succeeds with the loopback model stopped.
+    """
+    recorded = record(setup, server)
+    recording = json.loads((setup.work / "rec.json").read_text(encoding="utf-8"))
+    call_turn = recording["research"][0]
+    assert [call["name"] for call in call_turn["tool_calls"]] == ["append_note"]
+    assert "tool_results" not in call_turn
+
+    server.stop()  # OPENAI_BASE_URL now points at a closed port
+    setup.ledger.unlink()
+    replayed = setup.cli("replay", "wf.yaml", "--recording", "rec.json")
+
+    assert setup.ledger.read_text(encoding="utf-8") == FACT + "\n"  # the tool ran, once
+    assert_same_run(replayed, recorded)
+    events = task_log_events(replayed, "research")
+    (tool_line,) = [event for event in events if event.startswith("Tool call ")]
+    assert tool_line.startswith("Tool call append_note(text) -> ok, ")
