@@ -21,7 +21,6 @@ import os
 import queue
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,43 +30,9 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_support import CLI, cli_env
 
 from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
-
-CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
-
-# Loaded by every Python process started with this folder on PYTHONPATH: the CLI and (forked from
-# it) Airflow's task processes. The same rule as the network guard of tests/conftest.py.
-NETWORK_GUARD = """\
-import socket
-
-_real_getaddrinfo = socket.getaddrinfo
-_real_connect = socket.socket.connect
-
-
-def _name(host):
-    return host.decode() if isinstance(host, bytes) else str(host)
-
-
-def _loopback(host):
-    return _name(host) in ("localhost", "::1") or _name(host).startswith(("127.", "::ffff:127."))
-
-
-def _getaddrinfo(host, *args, **kwargs):
-    if host is not None and not _loopback(host):
-        raise socket.gaierror(socket.EAI_NONAME, f"test network guard: DNS look-up of {_name(host)!r} refused")
-    return _real_getaddrinfo(host, *args, **kwargs)
-
-
-def _connect(sock, address):
-    if isinstance(address, tuple) and not _loopback(address[0]):
-        raise OSError(f"test network guard: connection to {address!r} refused")
-    return _real_connect(sock, address)
-
-
-socket.getaddrinfo = _getaddrinfo
-socket.socket.connect = _connect
-"""
 
 MOCK_DEFAULT_REPLY = "Mock response"
 
@@ -217,16 +182,7 @@ def run_example(examples_dir: Path, example_id: str, tmp_path: Path, home: Path,
         folder = Path(fixture).parts[0]
         if (examples_dir / folder).is_dir():
             shutil.copytree(examples_dir / folder, work / folder)
-    guard = tmp_path / "guard"
-    guard.mkdir()
-    (guard / "sitecustomize.py").write_text(NETWORK_GUARD, encoding="utf-8")
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("AIRFLOW", "OPENAI_", "ANTHROPIC_", "GOOGLE_", "OLLAMA_"))
-        and "PROXY" not in name.upper()
-    }
-    env.update(PYTHONPATH=str(guard), AGENTLOOM_HOME=str(home), AGENTLOOM_AIRFLOW_LOG_LEVEL="INFO")
+    env = cli_env(home)
     started = time.monotonic()
     proc = subprocess.run(
         [*CLI, "run", source.name, "--provider", "mock", "--json", *extra],

@@ -35,9 +35,9 @@ _LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
 if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 
+from cli_support import CLI, cli_env  # noqa: E402
 from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
 
-CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
 KEY = "sk-loopback-record-replay"
 FACT = "Rivers carve valleys over millennia."
 CALL_ID = "call_note_1"
@@ -84,37 +84,6 @@ def append_note(text: str) -> dict:
     with LEDGER.open("a", encoding="utf-8") as handle:
         handle.write(text + "\\n")
     return {{"line": len(LEDGER.read_text(encoding="utf-8").splitlines()), "note": text}}
-"""
-
-NETWORK_GUARD = """\
-import socket
-
-_real_getaddrinfo = socket.getaddrinfo
-_real_connect = socket.socket.connect
-
-
-def _name(host):
-    return host.decode() if isinstance(host, bytes) else str(host)
-
-
-def _loopback(host):
-    return _name(host) in ("localhost", "::1") or _name(host).startswith(("127.", "::ffff:127."))
-
-
-def _getaddrinfo(host, *args, **kwargs):
-    if host is not None and not _loopback(host):
-        raise socket.gaierror(socket.EAI_NONAME, f"test network guard: DNS look-up of {_name(host)!r} refused")
-    return _real_getaddrinfo(host, *args, **kwargs)
-
-
-def _connect(sock, address):
-    if isinstance(address, tuple) and not _loopback(address[0]):
-        raise OSError(f"test network guard: connection to {address!r} refused")
-    return _real_connect(sock, address)
-
-
-socket.getaddrinfo = _getaddrinfo
-socket.socket.connect = _connect
 """
 
 
@@ -195,16 +164,9 @@ def setup(tmp_path: Path, server: LoopbackServer) -> Setup:
     modules = tmp_path / "modules"
     modules.mkdir()
     (modules / "ledger_tools.py").write_text(TOOL_MODULE.format(ledger=str(ledger)), encoding="utf-8")
-    (modules / "sitecustomize.py").write_text(NETWORK_GUARD, encoding="utf-8")
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("AIRFLOW") and "PROXY" not in name.upper()
-    }
-    env.update(
-        PYTHONPATH=str(modules),
-        AGENTLOOM_HOME=os.environ["AGENTLOOM_HOME"],  # the session's home, already migrated
-        AGENTLOOM_AIRFLOW_LOG_LEVEL="INFO",
+    env = cli_env(
+        os.environ["AGENTLOOM_HOME"],  # the session's home, already migrated
+        modules,
         OPENAI_API_KEY=KEY,
         OPENAI_BASE_URL=server.url,
     )

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from cli_support import CLI
 
 from airflow_provider_agentloom import WorkflowEngine, WorkflowParser, run_workflow
 from airflow_provider_agentloom.tools import ToolRegistry, tool
@@ -23,9 +23,7 @@ DAGS = Path(__file__).parents[1] / "dags"
 def test_cli_run_prints_progress_and_one_json_document(workdir: Path) -> None:
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "airflow_provider_agentloom.cli",
+            *CLI,
             "run",
             str(DAGS / "order_pipeline.yaml"),
             "--json",
@@ -67,9 +65,8 @@ def test_cli_run_exit_codes(workdir: Path, tmp_path: Path) -> None:
         "name: fails\nsteps:\n  - {id: a, type: tool, tool_name: not_registered}\n"
         "  - {id: b, type: tool, tool_name: shell_command, depends_on: [a], tool_args: {command: 'echo hi'}}\n"
     )
-    cli = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
     failed = subprocess.run(
-        [*cli, "run", str(failing), "--json"], capture_output=True, text=True, timeout=180, check=False
+        [*CLI, "run", str(failing), "--json"], capture_output=True, text=True, timeout=180, check=False
     )
     assert failed.returncode == 1, failed.stderr
     document = json.loads(failed.stdout)
@@ -78,11 +75,11 @@ def test_cli_run_exit_codes(workdir: Path, tmp_path: Path) -> None:
     assert "not_registered" in document["step_results"]["a"]["error"]
     assert document["step_results"]["b"]["status"] == "skipped"
     usage = subprocess.run(
-        [*cli, "run", str(failing), "--state", "novalue"], capture_output=True, text=True, check=False
+        [*CLI, "run", str(failing), "--state", "novalue"], capture_output=True, text=True, check=False
     )
     assert usage.returncode == 2
     assert "KEY=VALUE" in usage.stderr
-    missing = subprocess.run([*cli, "run", "no/such.yaml"], capture_output=True, text=True, check=False)
+    missing = subprocess.run([*CLI, "run", "no/such.yaml"], capture_output=True, text=True, check=False)
     assert missing.returncode == 2
 
 

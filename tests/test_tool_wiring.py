@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from airflow_support import run_dag_test, xcom
+from cli_support import CLI
 
 from airflow_provider_agentloom.loader import load_workflows
-
-CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
 
 TOOL_MODULE = """
 from airflow_provider_agentloom.tools import tool

@@ -1,0 +1,32 @@
+"""Running the ``agentloom`` CLI from tests: the command and a clean, network-guarded environment."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
+
+GUARD_DIR = Path(__file__).resolve().parent / "subprocess_guard"
+
+_DROPPED_PREFIXES = ("AIRFLOW", "OPENAI_", "ANTHROPIC_", "GOOGLE_", "OLLAMA_")
+
+
+def cli_env(home: Path | str, *python_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a CLI process: no Airflow, vendor or proxy settings of ours, loopback only.
+
+    :param home: the runner's private Airflow home (``AGENTLOOM_HOME``).
+    :param python_path: folders put on ``PYTHONPATH`` (tool modules), before the network guard.
+    :param extra: more variables (``OPENAI_BASE_URL``…), set last.
+    """
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(_DROPPED_PREFIXES) and "PROXY" not in name.upper()
+    }
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, python_path), str(GUARD_DIR)])
+    env["AGENTLOOM_HOME"] = str(home)
+    env["AGENTLOOM_AIRFLOW_LOG_LEVEL"] = "INFO"
+    env.update(extra)
+    return env
