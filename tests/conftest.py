@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = Path(os.environ.get("AGENTLOOM_EXAMPLES_DIR", ROOT.parent / "shared" / "agentloom-examples"))
 TESTS = Path(__file__).resolve().parent
 
 _HOME = Path(tempfile.mkdtemp(prefix="agentloom-test-home-"))
@@ -31,6 +30,8 @@ HOME = prepare_home(_HOME)
 
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+
+from shared_paths import EXAMPLES  # noqa: E402
 
 _SECRET_ENV = [
     "OPENAI_API_KEY",

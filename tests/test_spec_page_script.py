@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from shared_paths import SPEC
 
 _LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
 if _LLM_TESTS not in sys.path:
@@ -31,7 +32,7 @@ if _LLM_TESTS not in sys.path:
 
 from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
 
-PAGE = Path(os.environ.get("AGENTLOOM_SPEC_DIR", Path(__file__).resolve().parents[2] / "shared" / "spec"))
+PAGE = SPEC
 PAGE_FILE = PAGE / "seed-tools-page.txt"
 PYTHON = Path(sys.executable)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
@@ -10,10 +9,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from shared_paths import EXAMPLES
 
 from airflow_provider_agentloom.llm.telemetry import Telemetry, configure_telemetry
 
-EXAMPLES = Path("/work/shared/agentloom-examples")
 TOOL_CALLING_FIXTURE = EXAMPLES / "recordings" / "tool_calling.json"
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_paths import EXAMPLES
 from tools_support import FakeResolver
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
@@ -18,7 +19,7 @@ from airflow_provider_agentloom.workflow.models import SandboxConfig
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLE = Path("/work/shared/agentloom-examples/18_sandbox_blocked.yaml")
+EXAMPLE = EXAMPLES / "18_sandbox_blocked.yaml"
 
 # step id -> the reason our sandbox gives (None: the step runs). The page checks a command's
 # directory first, so the two shell steps without ``cwd`` are refused for their directory (the run

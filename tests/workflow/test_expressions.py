@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import pytest
 import yaml
+from shared_paths import EXAMPLES
 
 from airflow_provider_agentloom.exceptions import ExpressionError
 from airflow_provider_agentloom.workflow.expressions import (
@@ -22,11 +21,7 @@ from airflow_provider_agentloom.workflow.expressions import (
     compile_expression,
 )
 
-EXAMPLES_DIR = Path(
-    os.environ.get(
-        "AGENTLOOM_EXAMPLES_DIR", Path(__file__).resolve().parents[3] / "shared" / "agentloom-examples"
-    )
-)
+EXAMPLES_DIR = EXAMPLES
 
 STEPS: dict[str, dict[str, Any]] = {
     "classify": {"output": "billing", "status": "success"},
