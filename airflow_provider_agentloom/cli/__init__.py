@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -207,7 +208,10 @@ def _run(args: argparse.Namespace) -> int:
         print(progress_line(result, event), file=sys.stderr, flush=True)
 
     print(f"Running workflow: {workflow.name}", file=sys.stderr, flush=True)
-    with _stdout_to_stderr(args.json):
+    with _stdout_to_stderr() as stdout_fd:
+        # As upstream, streamed text is printed as it arrives, except with --json. Task processes
+        # write it to this copy of stdout, which they inherit.
+        llm = dataclasses.replace(llm, chunk_fd=None if args.json else stdout_fd)
         result = run_workflow(
             workflow,
             tools=tools,
@@ -230,17 +234,17 @@ def _json_document(result: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr(enabled: bool) -> Iterator[None]:
-    """While the run lasts, send anything written to stdout (Airflow's logs, say) to stderr."""
-    if not enabled:
-        yield
-        return
+def _stdout_to_stderr() -> Iterator[int]:
+    """While the run lasts, send anything written to stdout (Airflow's logs, say) to stderr.
+
+    Yields a copy of the real stdout: what the run itself means to print goes there.
+    """
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            yield
+            yield saved
     finally:
         sys.stderr.flush()
         os.dup2(saved, 1)

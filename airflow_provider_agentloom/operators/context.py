@@ -38,6 +38,8 @@ class LLMOptions:
     :param record_path: record every model reply into this fixture file.
     :param record_tools: also record model tool calls, replayed without running the tool.
     :param stream: stream every ``llm_call`` that does not say otherwise.
+    :param chunk_fd: a file descriptor the task processes inherit (the CLI's stdout) that streamed
+        text is written to as it arrives, as upstream's CLI prints it.
     """
 
     provider: str | None = None
@@ -46,6 +48,7 @@ class LLMOptions:
     record_path: str | None = None
     record_tools: bool = False
     stream: bool = False
+    chunk_fd: int | None = None
 
 
 @dataclass

@@ -10,7 +10,10 @@ later attempt of the same task reuses the replies already received, in order.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -26,6 +29,7 @@ from airflow_provider_agentloom.workflow.templates import render_template
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_agentloom.llm.base import OnChunk
     from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord, ToolSpec
     from airflow_provider_agentloom.tools.registry import ToolRegistry
 
@@ -86,16 +90,22 @@ class ModelStepOperator(AgentLoomStepOperator):
             step_id=step.id,
         )
         client = _ReplyCache(gateway, store, self.log)
+        # A streamed request sends its chunks somewhere (the tool loop streams only then).
+        on_chunk = self._chunk_sink() if request.stream else None
         started = time.monotonic()
         try:
             if registry is not None:
-                outcome = await self._loop(client, request, registry)
+                outcome = await self._loop(client, request, registry, on_chunk)
             else:
-                response = await (client.stream(request) if request.stream else client.complete(request))
+                response = await (
+                    client.stream(request, on_chunk) if request.stream else client.complete(request)
+                )
                 outcome = _outcome(response, response.usage, response.cost_usd, [])
         finally:
             if self.run_context.provider_gateway is None:
                 await gateway.aclose()
+            if on_chunk is not None:
+                on_chunk("\n")
         self.log.info(
             "Model %s via %s: %s prompt + %s completion tokens (%s reasoning), $%.6f, finish %s, %.0f ms",
             outcome.model,
@@ -109,7 +119,20 @@ class ModelStepOperator(AgentLoomStepOperator):
         )
         return outcome
 
-    async def _loop(self, client: Any, request: ChatRequest, registry: ToolRegistry) -> StepOutcome:
+    def _chunk_sink(self) -> Callable[[str], None]:
+        """Where streamed text goes besides the reply: the CLI's stdout when it asked for it."""
+        fd = self.run_context.llm.chunk_fd
+
+        def write(text: str) -> None:
+            if fd is not None:
+                with contextlib.suppress(OSError):  # the reader went away: the reply is still kept
+                    os.write(fd, text.encode("utf-8"))
+
+        return write
+
+    async def _loop(
+        self, client: Any, request: ChatRequest, registry: ToolRegistry, on_chunk: OnChunk | None
+    ) -> StepOutcome:
         from airflow_provider_agentloom.llm.loop import run_tool_loop
         from airflow_provider_agentloom.tools.invoke import invoke_tool
 
@@ -117,7 +140,7 @@ class ModelStepOperator(AgentLoomStepOperator):
             return await invoke_tool(registry, name, arguments)
 
         result = await run_tool_loop(
-            client, request, execute, self.max_rounds(), on_tool_call=self._log_tool_call
+            client, request, execute, self.max_rounds(), on_tool_call=self._log_tool_call, on_chunk=on_chunk
         )
         outcome = _outcome(result.response, result.usage, result.cost_usd, result.tool_calls)
         outcome.extra["finish_reason"] = result.finish_reason

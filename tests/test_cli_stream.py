@@ -1,0 +1,92 @@
+"""``agentloom run --stream``: streamed text reaches stdout as it arrives, as upstream's CLI prints it.
+
+Reference §4.3: "CLI prints chunks to stdout (not with ``--json``)". The model is a loopback server
+speaking OpenAI's chat-completions SSE format, reached through ``OPENAI_API_KEY``/``OPENAI_BASE_URL``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
+if _LLM_TESTS not in sys.path:
+    sys.path.insert(0, _LLM_TESTS)
+
+from cli_support import CLI, cli_env  # noqa: E402
+from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
+from llm_wire import OpenAIKit  # noqa: E402
+
+PIECES = ["Stream", "ed ", "hel", "lo"]
+
+WORKFLOW = """
+name: stream-demo
+config: {provider: openai, model: gpt-4o-mini}
+steps:
+  - {id: greet, type: llm_call, prompt: "Say hello", output: greeting}
+  - {id: shout, type: tool, tool_name: shell_command, depends_on: [greet],
+     tool_args: {command: "echo done"}, output: shouted}
+"""
+
+
+def _model(request: SeenRequest) -> Reply:
+    kit = OpenAIKit()
+    if request.body.get("stream"):
+        return kit.stream(PIECES)
+    return kit.text("not streamed")
+
+
+@pytest.fixture
+def server() -> Iterator[LoopbackServer]:
+    srv = LoopbackServer(_model).start()
+    yield srv
+    srv.stop()
+
+
+def _run(tmp_path: Path, server: LoopbackServer, *flags: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "wf.yaml").write_text(WORKFLOW, encoding="utf-8")
+    env = cli_env(tmp_path / "home", OPENAI_API_KEY="sk-test-stream", OPENAI_BASE_URL=server.url)
+    return subprocess.run(
+        [*CLI, "run", "wf.yaml", *flags],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def test_stream_prints_the_chunks_on_stdout_and_progress_on_stderr(
+    tmp_path: Path, server: LoopbackServer
+) -> None:
+    proc = _run(tmp_path, server, "--stream")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout == "".join(PIECES) + "\n"  # the only thing on stdout: the streamed reply
+    assert "greet" in proc.stderr
+    assert "stream-demo: success" in proc.stderr
+    (request,) = server.requests
+    assert request.body["stream"] is True
+
+
+def test_stream_with_json_keeps_stdout_one_document(tmp_path: Path, server: LoopbackServer) -> None:
+    proc = _run(tmp_path, server, "--stream", "--json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    document = json.loads(proc.stdout)
+    assert document["step_results"]["greet"]["output"] == "".join(PIECES)
+    assert document["final_state"]["greeting"] == "".join(PIECES)
+    (request,) = server.requests
+    assert request.body["stream"] is True
+
+
+def test_without_stream_nothing_is_printed(tmp_path: Path, server: LoopbackServer) -> None:
+    proc = _run(tmp_path, server)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout == ""
+    (request,) = server.requests
+    assert not request.body.get("stream")
