@@ -10,7 +10,13 @@ CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
 
 GUARD_DIR = Path(__file__).resolve().parent / "subprocess_guard"
 
-_DROPPED_PREFIXES = ("AIRFLOW", "OPENAI_", "ANTHROPIC_", "GOOGLE_", "OLLAMA_")
+_VENDOR_PREFIXES = ("OPENAI_", "ANTHROPIC_", "GOOGLE_", "OLLAMA_")
+
+
+def is_outside_setting(name: str) -> bool:
+    """Whether a variable of the developer's shell must not reach a test: model keys and endpoints
+    (upstream's variables) and proxies (tests talk to loopback only)."""
+    return name.startswith(_VENDOR_PREFIXES) or "PROXY" in name.upper()
 
 
 def cli_env(home: Path | str, *python_path: Path, **extra: str) -> dict[str, str]:
@@ -23,7 +29,7 @@ def cli_env(home: Path | str, *python_path: Path, **extra: str) -> dict[str, str
     env = {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(_DROPPED_PREFIXES) and "PROXY" not in name.upper()
+        if not name.startswith("AIRFLOW") and not is_outside_setting(name)
     }
     env["PYTHONPATH"] = os.pathsep.join([*map(str, python_path), str(GUARD_DIR)])
     env["AGENTLOOM_HOME"] = str(home)

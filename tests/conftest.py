@@ -31,21 +31,8 @@ HOME = prepare_home(_HOME)
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
+from cli_support import is_outside_setting  # noqa: E402
 from shared_paths import EXAMPLES  # noqa: E402
-
-_SECRET_ENV = [
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GOOGLE_API_KEY",
-    "OLLAMA_BASE_URL",
-    "OPENAI_BASE_URL",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-]
 
 
 def _is_loopback(address: Any) -> bool:
@@ -66,8 +53,8 @@ def _network_guard(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_connect(sock, address)
 
     monkeypatch.setattr(socket.socket, "connect", connect)
-    for name in _SECRET_ENV:
-        monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if is_outside_setting(n)]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from cli_support import is_outside_setting
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_DAGS = ROOT / "dags"
@@ -70,19 +71,6 @@ steps:
 
 # Variables that must not leak from the pytest process into the components.
 _DROP_ENV_PREFIXES = ("AIRFLOW", "_AIRFLOW", "AGENTLOOM")
-_DROP_ENV = {
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GOOGLE_API_KEY",
-    "OLLAMA_BASE_URL",
-    "OPENAI_BASE_URL",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-}
 _TERMINAL_RUN_STATES = {"success", "failed"}
 _SKIPPED = pytest.skip.Exception
 
@@ -270,7 +258,7 @@ class AirflowStack:
         env = {
             key: value
             for key, value in os.environ.items()
-            if not key.startswith(_DROP_ENV_PREFIXES) and key not in _DROP_ENV
+            if not key.startswith(_DROP_ENV_PREFIXES) and not is_outside_setting(key)
         }
         env.update(
             {
