@@ -62,6 +62,9 @@ def build_dag(
     :param fileloc: the DAG file to report (the runner's stub file).
     :param run_context_options: more ``WorkflowRunContext`` fields (registry, gateway).
     """
+    from airflow_provider_agentloom.operators import registry
+
+    registry.check_supported(workflow)
     graph = graph_of(workflow)
     dag_id = dag_id_for(workflow)
     task_ids = _task_ids(workflow)

@@ -109,3 +109,27 @@ def test_repository_dags_folder_loads_without_errors(tmp_path: Path) -> None:
     snapshot = bag.dags["system-snapshot"]
     assert snapshot.params["title"] == "System snapshot"
     assert "```yaml" in (snapshot.doc_md or "")
+
+
+ROUTER = """name: routed
+steps:
+  - {id: first, type: tool, tool_name: shell_command, tool_args: {command: "echo hi"}}
+  - id: pick
+    type: router
+    depends_on: [first]
+    conditions: [{expression: "True", target: done}]
+  - {id: done, type: tool, tool_name: shell_command, depends_on: [pick], tool_args: {command: "echo ok"}}
+"""
+
+
+def test_a_step_type_without_an_operator_is_reported_at_its_line(tmp_path: Path) -> None:
+    (tmp_path / "routed.yaml").write_text(ROUTER)
+    (tmp_path / "agentloom_dags.py").write_text(LOADER_PY)
+    loader._CACHE.clear()
+    bag = bag_of(tmp_path)
+    message = bag.import_errors["routed.yaml"]
+    assert (
+        f"{tmp_path / 'routed.yaml'}:5: steps[1].type: step 'pick': step type 'router' cannot run" in message
+    )
+    assert "supported: tool, llm_call, agent" in message
+    assert list(bag.dags["routed"].task_dict) == ["invalid_workflow"]

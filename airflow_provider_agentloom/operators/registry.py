@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 
-from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError
+from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
-from airflow_provider_agentloom.workflow.models import StepModel
+from airflow_provider_agentloom.workflow.models import StepModel, Workflow
+from airflow_provider_agentloom.workflow.parser import issue_in
 
 _OPERATORS: dict[str, str] = {
     "tool": "airflow_provider_agentloom.operators.tool:ToolStepOperator",
@@ -15,21 +16,24 @@ _OPERATORS: dict[str, str] = {
 }
 
 
-def operator_for(step: StepModel) -> type[AgentLoomStepOperator]:
-    """Return the operator class for ``step``'s type."""
-    target = _OPERATORS.get(str(step.type))
-    if target is None:
-        raise WorkflowValidationError(
-            [
-                ValidationIssue(
-                    "<workflow>",
-                    None,
-                    f"steps[{step.id}].type",
-                    f"step type {str(step.type)!r} cannot run in Airflow yet with this version "
-                    "of the provider",
-                )
-            ]
+def check_supported(workflow: Workflow) -> None:
+    """Refuse, with file, line and key, every step whose type has no operator yet."""
+    issues = [
+        issue_in(
+            workflow,
+            ("steps", index, "type"),
+            f"step {step.id!r}: step type {str(step.type)!r} cannot run in Airflow yet with this "
+            f"version of the provider (supported: {', '.join(_OPERATORS)})",
         )
-    module, _, name = target.partition(":")
+        for index, step in enumerate(workflow.steps)
+        if str(step.type) not in _OPERATORS
+    ]
+    if issues:
+        raise WorkflowValidationError(issues)
+
+
+def operator_for(step: StepModel) -> type[AgentLoomStepOperator]:
+    """Return the operator class for ``step``'s type (``check_supported`` has passed)."""
+    module, _, name = _OPERATORS[str(step.type)].partition(":")
     cls: type[AgentLoomStepOperator] = getattr(importlib.import_module(module), name)
     return cls

@@ -258,6 +258,12 @@ def graph_of(workflow: Workflow) -> StepGraph:
 # -- pydantic error helpers -------------------------------------------------------------------
 
 
+def issue_in(workflow: Workflow, loc: Loc, message: str) -> ValidationIssue:
+    """An issue found after loading (by the DAG factory, say), at its file and line when known."""
+    validator = _Validator(workflow.source_text, workflow.source_path or "<string>")
+    return validator.issue(loc, message)
+
+
 def format_loc(loc: Loc) -> str:
     """Format a key path: ``config.sandbox.allowed_command``, ``steps[2].retry``."""
     out = ""
