@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -91,7 +90,8 @@ class ModelStepOperator(AgentLoomStepOperator):
         )
         client = _ReplyCache(gateway, store, self.log)
         # A streamed request sends its chunks somewhere (the tool loop streams only then).
-        on_chunk = self._chunk_sink() if request.stream else None
+        sink = _ChunkSink(self.run_context.llm.chunk_fd) if request.stream else None
+        on_chunk = sink.write if sink is not None else None
         started = time.monotonic()
         try:
             if registry is not None:
@@ -104,8 +104,8 @@ class ModelStepOperator(AgentLoomStepOperator):
         finally:
             if self.run_context.provider_gateway is None:
                 await gateway.aclose()
-            if on_chunk is not None:
-                on_chunk("\n")
+            if sink is not None:
+                sink.end_line()
         self.log.info(
             "Model %s via %s: %s prompt + %s completion tokens (%s reasoning), $%.6f, finish %s, %.0f ms",
             outcome.model,
@@ -118,17 +118,6 @@ class ModelStepOperator(AgentLoomStepOperator):
             (time.monotonic() - started) * 1000,
         )
         return outcome
-
-    def _chunk_sink(self) -> Callable[[str], None]:
-        """Where streamed text goes besides the reply: the CLI's stdout when it asked for it."""
-        fd = self.run_context.llm.chunk_fd
-
-        def write(text: str) -> None:
-            if fd is not None:
-                with contextlib.suppress(OSError):  # the reader went away: the reply is still kept
-                    os.write(fd, text.encode("utf-8"))
-
-        return write
 
     async def _loop(
         self, client: Any, request: ChatRequest, registry: ToolRegistry, on_chunk: OnChunk | None
@@ -258,6 +247,27 @@ def _outcome(
             ],
         },
     )
+
+
+class _ChunkSink:
+    """Where streamed text goes besides the reply: the CLI's stdout (``chunk_fd``), when it asked."""
+
+    def __init__(self, fd: int | None) -> None:
+        self._fd = fd
+        self._written = False
+
+    def write(self, text: str) -> None:
+        if self._fd is None or not text:
+            return
+        with contextlib.suppress(OSError):  # the reader went away: the reply is kept all the same
+            os.write(self._fd, text.encode("utf-8"))
+            self._written = True
+
+    def end_line(self) -> None:
+        """End the printed reply with a line break (nothing was printed: nothing to end)."""
+        if self._written:
+            self.write("\n")
+            self._written = False
 
 
 class _ReplyCache:
