@@ -37,6 +37,7 @@ if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 
 from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
+from llm_wire import OpenAIKit  # noqa: E402
 
 HOME = EmbeddedHome(default_home())  # the session's Airflow home (tests/conftest.py)
 CONN_ID = "secret_llm"
@@ -81,18 +82,8 @@ def _fragments(key: str) -> list[str]:
     return [key, key[-12:]]
 
 
-def _completion(request: SeenRequest) -> Reply:
-    return Reply(
-        json={
-            "id": "chatcmpl-secret",
-            "object": "chat.completion",
-            "model": request.body["model"],
-            "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}
-            ],
-            "usage": {"prompt_tokens": 6, "completion_tokens": 7, "total_tokens": 13},
-        }
-    )
+def _completion(_request: SeenRequest) -> Reply:
+    return OpenAIKit().text(REPLY)
 
 
 def _rejects_and_echoes_the_key(request: SeenRequest) -> Reply:
@@ -233,7 +224,7 @@ def test_dag_test_key_reaches_the_server_and_nothing_airflow_keeps(
     printed = captured.out + captured.err + caplog.text
     # The task logs (dag.test prints them) did cover the model call and the connection it used.
     assert f"LLM providers: openai at {server.url}/v1 from connection 'secret_llm'" in printed
-    assert "Model gpt-4o-mini via openai" in printed
+    assert "Model gpt-4o-mini-2024-07-18 via openai" in printed  # the model the server reported
     places = _places(dag_id_for(workflow), dag_run.run_id, printed)
     assert {
         "XCom ask/return_value",

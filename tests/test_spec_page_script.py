@@ -31,6 +31,7 @@ if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 
 from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
+from llm_wire import OpenAIKit  # noqa: E402
 
 PAGE = SPEC
 PAGE_FILE = PAGE / "seed-tools-page.txt"
@@ -170,17 +171,7 @@ def test_script_is_the_page_with_only_its_imports_changed() -> None:
 def _chat_reply(request: SeenRequest) -> Reply:
     if request.method != "POST" or request.path != "/v1/chat/completions":
         return Reply(status=404, json={"error": {"message": f"no route {request.path}"}})
-    return Reply(
-        json={
-            "id": "chatcmpl-page",
-            "object": "chat.completion",
-            "model": request.body["model"],
-            "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": SENTENCE}, "finish_reason": "stop"}
-            ],
-            "usage": {"prompt_tokens": 9, "completion_tokens": 8, "total_tokens": 17},
-        }
-    )
+    return OpenAIKit().text(SENTENCE)
 
 
 @pytest.fixture
