@@ -228,6 +228,7 @@ class AirflowStack:
     timings: dict[str, float] = field(default_factory=dict)
     database: str | None = None
     client: httpx.Client | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)  # set before start_all (connections…)
 
     def __post_init__(self) -> None:
         self.home = self.base / "airflow-home"
@@ -299,6 +300,7 @@ class AirflowStack:
                     "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.queue,
                 }
             )
+        env.update(self.extra_env)
         return env
 
     def _write_state(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -35,13 +36,57 @@ from e2e_support import (
     wait_for,
 )
 
+_LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
+if _LLM_TESTS not in sys.path:
+    sys.path.insert(0, _LLM_TESTS)
+
+from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
+from llm_wire import OpenAIKit  # noqa: E402
+
 pytestmark = [pytest.mark.integration]
 
 EXAMPLE_DAGS = ("order-pipeline", "system-snapshot")
 
+# An agent step on the live stack: its model is a loopback OpenAI server reached through an
+# Airflow connection of our type, given to every component as AIRFLOW_CONN_E2E_LLM.
+AGENT_DAG = "e2e-agent"
+AGENT_YAML = """
+name: e2e-agent
+config:
+  model: gpt-4o-mini
+  airflow: {llm_conn_id: e2e_llm}
+state: {question: "What is six times seven?"}
+steps:
+  - id: answer
+    type: agent
+    prompt: "Answer, and save the answer: {state.question}"
+    tools: [file_write]
+    max_iterations: 3
+    output: answer
+  - {id: show, type: tool, tool_name: file_read, depends_on: [answer],
+     tool_args: {path: notes/answer.txt}, output: saved}
+"""
+LLM_KEY = "sk-e2e-SECRET-7f3a9c2e41d05b86"
+FINAL_ANSWER = "42, saved to notes/answer.txt"
+
+
+def _agent_model(request: SeenRequest) -> Reply:
+    """First turn: call file_write; once its result is back: answer."""
+    kit = OpenAIKit()
+    if not kit.tool_results(request):
+        return kit.tool_call("call_save", "file_write", {"path": "notes/answer.txt", "content": "42"})
+    return kit.text(FINAL_ANSWER)
+
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
+def model_server() -> Iterator[LoopbackServer]:
+    server = LoopbackServer(_agent_model).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, model_server: LoopbackServer) -> Iterator[AirflowStack]:
     if not tcp_reachable(PG_HOST, PG_PORT):
         pytest.skip(f"PostgreSQL is not reachable on {PG_HOST}:{PG_PORT}")
     missing = [m for m in ("psycopg2", "psutil") if importlib.util.find_spec(m) is None]
@@ -59,6 +104,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     started = time.monotonic()
     airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e"))
     airflow.prepare_dags()
+    (airflow.dags_folder / "e2e_agent.yaml").write_text(AGENT_YAML, encoding="utf-8")
+    connection = {"conn_type": "agentloom_llm", "host": model_server.url, "password": LLM_KEY}
+    airflow.extra_env["AIRFLOW_CONN_E2E_LLM"] = json.dumps(connection)
     airflow.database = f"agentloom_e2e_{airflow.run_key}"
     create_database(airflow.database)
     airflow.start_watchdog()
@@ -69,7 +117,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
             airflow.wait_healthy()
             wait_for(
                 "the example DAGs to be listed",
-                lambda: set(EXAMPLE_DAGS) <= set(airflow.dags()),
+                lambda: {*EXAMPLE_DAGS, AGENT_DAG} <= set(airflow.dags()),
                 timeout=90,
             )
             airflow.timings["start to DAGs listed"] = time.monotonic() - airflow.started_at
@@ -125,7 +173,7 @@ def test_examples_and_the_broken_file_are_listed(stack: AirflowStack) -> None:
         assert {tag["name"] for tag in placeholder["tags"]} == {"agentloom", "invalid"}
         assert "allowed_command" in placeholder["description"]
         tagged = {dag["dag_id"] for dag in stack.get("/api/v2/dags", tags="agentloom")["dags"]}
-        assert tagged == {*EXAMPLE_DAGS, BROKEN_DAG_ID}
+        assert tagged == {*EXAMPLE_DAGS, AGENT_DAG, BROKEN_DAG_ID}
 
         # ... and an import error under the YAML's own path. Each bundle refresh (every 5 s here)
         # clears import errors of non-.py files until the loader is parsed again, so poll.
@@ -196,3 +244,35 @@ def test_system_snapshot_with_conf_override(stack: AirflowStack) -> None:
         assert f"- kernel: {kernel}" in report
         words = stack.xcom("system-snapshot", "e2e_snapshot_1", "count_words")
         assert words["stdout"].split() == [str(len(report.split())), "reports/e2e.md"]
+
+
+@pytest.mark.timeout(180)
+def test_agent_step_reaches_its_model_through_an_airflow_connection(
+    stack: AirflowStack, model_server: LoopbackServer
+) -> None:
+    with stack.explain_failure():
+        _trigger_and_wait(stack, AGENT_DAG, "e2e_agent_1", {})
+        assert stack.task_states(AGENT_DAG, "e2e_agent_1") == {"answer": "success", "show": "success"}
+
+        # The model was reached with the connection's key, and its tool call ran on the worker.
+        assert [r.headers["authorization"] for r in model_server.requests] == [f"Bearer {LLM_KEY}"] * 2
+        assert "written" in OpenAIKit().tool_results(model_server.requests[1])[0]
+        assert stack.xcom(AGENT_DAG, "e2e_agent_1", "answer") == FINAL_ANSWER
+        assert stack.xcom(AGENT_DAG, "e2e_agent_1", "show") == "42"
+        saved = stack.working_dir / AGENT_DAG / "e2e_agent_1" / "notes" / "answer.txt"
+        assert saved.read_text(encoding="utf-8") == "42"
+
+        meta = stack.xcom(AGENT_DAG, "e2e_agent_1", "answer", key="agentloom")
+        assert meta["status"] == "success"
+        assert meta["token_usage"]["prompt_tokens"] == 20 + 11  # both turns (OpenAIKit's usage)
+        assert meta["provider"] == "openai"
+
+        # The key is in no XCom and no task log of the run.
+        logs = sorted((stack.home / "logs").glob(f"dag_id={AGENT_DAG}/**/*.log"))
+        texts = {str(path): path.read_text(encoding="utf-8", errors="replace") for path in logs}
+        assert any("Tool call file_write(content, path) -> ok" in text for text in texts.values()), texts
+        for task_id in ("answer", "show"):
+            for key in ("return_value", "agentloom"):
+                value = json.dumps(stack.xcom(AGENT_DAG, "e2e_agent_1", task_id, key=key))
+                assert LLM_KEY not in value
+        assert not [path for path, text in texts.items() if LLM_KEY in text]
