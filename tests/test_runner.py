@@ -74,6 +74,12 @@ def test_cli_run_exit_codes(workdir: Path, tmp_path: Path) -> None:
     assert document["step_results"]["a"]["attempts"] == 1  # an unregistered tool fails at once
     assert "not_registered" in document["step_results"]["a"]["error"]
     assert document["step_results"]["b"]["status"] == "skipped"
+    # The failed step's task log is named, in the JSON and on its progress line.
+    log_file = Path(document["step_results"]["a"]["log_file"])
+    assert log_file.name == "attempt=1.log"
+    assert "Tool 'not_registered' is not registered" in log_file.read_text(encoding="utf-8")
+    assert f"task log: {log_file}" in failed.stderr
+    assert document["step_results"]["b"]["log_file"] is None  # never ran
     usage = subprocess.run(
         [*CLI, "run", str(failing), "--state", "novalue"], capture_output=True, text=True, check=False
     )

@@ -32,6 +32,8 @@ def progress_line(result: StepResult, event: str) -> str:
     line += ")"
     if result.error:
         line += f"  {result.error}"
+    if result.log_file and result.status in (StepStatus.FAILED, StepStatus.TIMEOUT):
+        line += f"\n          task log: {result.log_file}"
     return line
 
 

@@ -64,7 +64,7 @@ class DagRunDriver:
         self.on_progress = on_progress
         self.max_parallel = run_context.workflow.config.max_concurrent_steps
         self.run_id = f"agentloom__{datetime.now(UTC):%Y%m%dT%H%M%S}_{secrets.token_hex(3)}"
-        self.collector = RunResultCollector(run_context, self.conf, on_progress)
+        self.collector = RunResultCollector(run_context, self.conf, on_progress, logs_folder=home.logs)
 
     def run(self) -> RunResult:
         from airflow import settings

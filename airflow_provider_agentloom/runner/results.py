@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from airflow_provider_agentloom.operators.base import META_KEY
@@ -29,10 +30,12 @@ class RunResultCollector:
         run_context: WorkflowRunContext,
         conf: Mapping[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
+        logs_folder: Path | None = None,
     ) -> None:
         self.ctx = run_context
         self.conf = dict(conf or {})
         self.on_progress = on_progress
+        self.logs_folder = logs_folder
         self._reported: dict[str, tuple[str, int]] = {}
         self._step_of_task = {run_context.task_id(sid): sid for sid in run_context.graph.steps}
 
@@ -158,7 +161,21 @@ class RunResultCollector:
             cost_usd=float(meta.get("cost_usd") or 0.0),
             model=meta.get("model"),
             provider=meta.get("provider"),
+            log_file=self._log_file(ti),
         )
+
+    def _log_file(self, ti: Any) -> str | None:
+        """The task log of the last attempt, where Airflow's default log file template puts it."""
+        if self.logs_folder is None or not ti.try_number:
+            return None
+        path = (
+            self.logs_folder
+            / f"dag_id={ti.dag_id}"
+            / f"run_id={ti.run_id}"
+            / f"task_id={ti.task_id}"
+            / f"attempt={ti.try_number}.log"
+        )
+        return str(path) if path.is_file() else None
 
 
 def _is_budget_error(error: str | None) -> bool:

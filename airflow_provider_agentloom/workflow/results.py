@@ -79,6 +79,7 @@ class StepResult(BaseModel):
     cost_usd: float = 0.0
     model: str | None = None
     provider: str | None = None
+    log_file: str | None = None  # ours: the task log of the step's last attempt (in-process runner)
 
 
 class RunResult(BaseModel):
