@@ -68,6 +68,7 @@ from airflow_provider_agentloom.llm.gateway import ProviderGateway
 from airflow_provider_agentloom.llm.http_provider import HTTPProvider
 from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.llm.recording import RecordingProvider
+from airflow_provider_agentloom.tools._network import display_url
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -313,13 +314,6 @@ def base_url_of(host: str | None, port: int | None = None, schema: str | None = 
     if schema and "/" not in text:
         url += "/" + schema.strip("/")
     return url
-
-
-def display_url(url: str) -> str:
-    """Return ``url`` without user info, query or fragment (fit for logs and messages)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def provider_from_settings(settings: LLMSettings) -> LLMProvider:

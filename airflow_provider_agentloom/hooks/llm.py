@@ -18,7 +18,6 @@ from airflow_provider_agentloom.hooks._gateway import (
     VENDOR_CONN_IDS,
     LLMSettings,
     build_gateway,
-    display_url,
     lookup_connection,
     provider_from_settings,
     settings_from_connection,
@@ -26,6 +25,7 @@ from airflow_provider_agentloom.hooks._gateway import (
 from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.errors import redact, short_detail
 from airflow_provider_agentloom.llm.http_provider import HTTPProvider
+from airflow_provider_agentloom.tools._network import display_url
 
 __all__ = [
     "CONN_TYPE",

@@ -202,3 +202,10 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
     if address in _NAT64 or address in _IPV4_COMPATIBLE:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
+
+
+def display_url(url: str) -> str:
+    """Return ``url`` without user info, query or fragment, which may carry secrets (for logs and errors)."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -14,7 +14,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from airflow_provider_agentloom.tools._network import HostError, NetworkTarget, normalize_host
+from airflow_provider_agentloom.tools._network import HostError, NetworkTarget, display_url, normalize_host
 
 log = logging.getLogger(__name__)
 
@@ -242,24 +242,15 @@ async def send(
             response = await client.request(method, url, headers=headers, json=json, content=content)
     except httpx.TimeoutException as exc:
         raise TimeoutError(
-            f"{type(exc).__name__}: a phase of {method} {shown_url(url)} took over {timeout:g} s"
+            f"{type(exc).__name__}: a phase of {method} {display_url(url)} took over {timeout:g} s"
         ) from exc
     except httpx.HTTPError as exc:
-        raise ConnectionError(f"{type(exc).__name__}: {method} {shown_url(url)}: {exc}") from exc
+        raise ConnectionError(f"{type(exc).__name__}: {method} {display_url(url)}: {exc}") from exc
     return {
         "status_code": response.status_code,
         "headers": visible_headers(response.headers),
         "body": response.text,
     }
-
-
-def shown_url(url: str) -> str:
-    """The URL as errors show it: without user info, query or fragment, which may carry secrets."""
-    try:
-        parts = httpx.URL(url)
-    except httpx.InvalidURL:
-        return "<invalid URL>"
-    return str(parts.copy_with(userinfo=b"", query=None, fragment=None))
 
 
 def visible_headers(headers: httpx.Headers) -> dict[str, str]:
