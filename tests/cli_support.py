@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
@@ -36,3 +38,21 @@ def cli_env(home: Path | str, *python_path: Path, **extra: str) -> dict[str, str
     env["AGENTLOOM_AIRFLOW_LOG_LEVEL"] = "INFO"
     env.update(extra)
     return env
+
+
+def run_cli(
+    *args: str,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 240,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``agentloom ARGS`` to its end and return what it printed (never raises on its exit code)."""
+    return subprocess.run(
+        [*CLI, *args],
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -18,7 +18,7 @@ _LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
 if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 
-from cli_support import CLI, cli_env  # noqa: E402
+from cli_support import cli_env, run_cli  # noqa: E402
 from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
 from llm_wire import OpenAIKit  # noqa: E402
 
@@ -51,15 +51,7 @@ def server() -> Iterator[LoopbackServer]:
 def _run(tmp_path: Path, server: LoopbackServer, *flags: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "wf.yaml").write_text(WORKFLOW, encoding="utf-8")
     env = cli_env(tmp_path / "home", OPENAI_API_KEY="sk-test-stream", OPENAI_BASE_URL=server.url)
-    return subprocess.run(
-        [*CLI, "run", "wf.yaml", *flags],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    return run_cli("run", "wf.yaml", *flags, cwd=tmp_path, env=env)
 
 
 def test_stream_prints_the_chunks_on_stdout_and_progress_on_stderr(

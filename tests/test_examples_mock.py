@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cli_support import CLI, cli_env
+from cli_support import cli_env, run_cli
 
 from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
 
@@ -184,15 +184,7 @@ def run_example(examples_dir: Path, example_id: str, tmp_path: Path, home: Path,
             shutil.copytree(examples_dir / folder, work / folder)
     env = cli_env(home)
     started = time.monotonic()
-    proc = subprocess.run(
-        [*CLI, "run", source.name, "--provider", "mock", "--json", *extra],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    proc = run_cli("run", source.name, "--provider", "mock", "--json", *extra, cwd=work, env=env)
     return ExampleRun(proc, workflow, work, home, time.monotonic() - started)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ _LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
 if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 
-from cli_support import CLI, cli_env  # noqa: E402
+from cli_support import cli_env, run_cli  # noqa: E402
 from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
 
 KEY = "sk-loopback-record-replay"
@@ -140,15 +139,7 @@ class Setup:
     env: dict[str, str]
 
     def cli(self, *args: str) -> dict[str, Any]:
-        proc = subprocess.run(
-            [*CLI, *args, "--tools", "ledger_tools", "--json"],
-            cwd=self.work,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
+        proc = run_cli(*args, "--tools", "ledger_tools", "--json", cwd=self.work, env=self.env)
         assert proc.returncode == 0, proc.stderr[-4000:]
         document: dict[str, Any] = json.loads(proc.stdout)
         assert document["status"] == "success", document["error"]

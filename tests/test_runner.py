@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from cli_support import CLI
+from cli_support import run_cli
 
 from airflow_provider_agentloom import WorkflowEngine, WorkflowParser, run_workflow
 from airflow_provider_agentloom.tools import ToolRegistry, tool
@@ -21,19 +19,7 @@ DAGS = Path(__file__).parents[1] / "dags"
 
 
 def test_cli_run_prints_progress_and_one_json_document(workdir: Path) -> None:
-    proc = subprocess.run(
-        [
-            *CLI,
-            "run",
-            str(DAGS / "order_pipeline.yaml"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, "AGENTLOOM_HOME": os.environ["AGENTLOOM_HOME"]},
-    )
+    proc = run_cli("run", str(DAGS / "order_pipeline.yaml"), "--json", timeout=180)
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)  # exactly one JSON document, nothing else on stdout
     assert set(document) >= {
@@ -65,9 +51,7 @@ def test_cli_run_exit_codes(workdir: Path, tmp_path: Path) -> None:
         "name: fails\nsteps:\n  - {id: a, type: tool, tool_name: not_registered}\n"
         "  - {id: b, type: tool, tool_name: shell_command, depends_on: [a], tool_args: {command: 'echo hi'}}\n"
     )
-    failed = subprocess.run(
-        [*CLI, "run", str(failing), "--json"], capture_output=True, text=True, timeout=180, check=False
-    )
+    failed = run_cli("run", str(failing), "--json", timeout=180)
     assert failed.returncode == 1, failed.stderr
     document = json.loads(failed.stdout)
     assert document["status"] == "failed"
@@ -80,12 +64,10 @@ def test_cli_run_exit_codes(workdir: Path, tmp_path: Path) -> None:
     assert "Tool 'not_registered' is not registered" in log_file.read_text(encoding="utf-8")
     assert f"task log: {log_file}" in failed.stderr
     assert document["step_results"]["b"]["log_file"] is None  # never ran
-    usage = subprocess.run(
-        [*CLI, "run", str(failing), "--state", "novalue"], capture_output=True, text=True, check=False
-    )
+    usage = run_cli("run", str(failing), "--state", "novalue")
     assert usage.returncode == 2
     assert "KEY=VALUE" in usage.stderr
-    missing = subprocess.run([*CLI, "run", "no/such.yaml"], capture_output=True, text=True, check=False)
+    missing = run_cli("run", "no/such.yaml")
     assert missing.returncode == 2
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from airflow_support import run_dag_test, xcom
-from cli_support import CLI
+from cli_support import run_cli
 
 from airflow_provider_agentloom.loader import load_workflows
 
@@ -62,32 +60,17 @@ def test_loader_tools_argument_reaches_tasks(tmp_path: Path) -> None:
 def test_cli_registers_only_builtins_plus_named_modules(workdir: Path) -> None:
     (workdir / "my_tools.py").write_text(TOOL_MODULE)
     (workdir / "count.yaml").write_text(WORKFLOW.format(name="cli-tools"))
-    plain = subprocess.run(
-        [*CLI, "run", "count.yaml", "--json"], capture_output=True, text=True, timeout=180, check=False
-    )
+    plain = run_cli("run", "count.yaml", "--json", timeout=180)
     assert plain.returncode == 1
     assert "not registered" in json.loads(plain.stdout)["step_results"]["count"]["error"]
-    named = subprocess.run(
-        [*CLI, "run", "count.yaml", "--json", "--tools", "my_tools"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    named = run_cli("run", "count.yaml", "--json", "--tools", "my_tools", timeout=180)
     assert named.returncode == 0, named.stderr
     assert json.loads(named.stdout)["final_state"]["counted"] == {"words": 3}
 
 
 def test_example_18_each_blocked_step_refused_for_its_reason(examples_dir: Path, workdir: Path) -> None:
     Path("/tmp/agentloom").mkdir(exist_ok=True)
-    proc = subprocess.run(
-        [*CLI, "run", str(examples_dir / "18_sandbox_blocked.yaml"), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        env={**os.environ},
-    )
+    proc = run_cli("run", str(examples_dir / "18_sandbox_blocked.yaml"), "--json")
     assert proc.returncode == 1, proc.stderr
     steps = json.loads(proc.stdout)["step_results"]
     assert steps["allowed_echo"]["status"] == "success"
