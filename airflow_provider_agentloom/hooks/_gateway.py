@@ -399,7 +399,8 @@ def _mock_gateway(
         raise StepError(str(exc), retryable=False) from None
     gateway = ProviderGateway()
     gateway.register(provider, priority=0, is_fallback=True)
-    log.info("LLM provider: mock (%s)", f"fixture {path}" if path else "default replies, no fixture file")
+    kind = "recording, replayed strictly" if provider.replaying else "fixture"
+    log.info("LLM provider: mock (%s)", f"{kind} {path}" if path else "default replies, no fixture file")
     return gateway
 
 

@@ -401,7 +401,7 @@ class HTTPProvider(LLMProvider):
         return ttft_ms
 
     async def _events(self, response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
-        lines = capped_lines(response, self.max_reply_bytes, self.name)
+        lines = capped_lines(response.aiter_bytes(), self.max_reply_bytes, self.name)
         if self.stream_format == "ndjson":
             async for item in aiter_ndjson(lines):
                 yield "message", item

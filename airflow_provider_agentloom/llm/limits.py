@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
 import httpx
 import pydantic
@@ -122,17 +122,17 @@ async def read_prefix(response: httpx.Response, limit: int = ERROR_BODY_BYTES) -
     return b"".join(parts).decode("utf-8", "replace")
 
 
-async def capped_lines(response: httpx.Response, limit: int, vendor: str) -> AsyncIterator[str]:
-    """Yield the lines of a streamed body (without line breaks); a line past ``limit`` bytes raises.
+async def capped_lines(chunks: AsyncIterable[bytes], limit: int, vendor: str) -> AsyncIterator[str]:
+    """Yield the lines of a streamed body (without line breaks); a line past ``limit`` characters raises.
 
-    httpx's ``aiter_lines`` buffers a line until its end whatever its length; this never holds more
-    than ``limit`` bytes of one line.
+    ``chunks`` is the body as it arrives (``response.aiter_bytes()``). httpx's ``aiter_lines``
+    buffers a line until its end whatever its length; this never holds more than ``limit`` of one.
     """
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending: list[str] = []
     pending_size = 0
     carry = ""
-    async for chunk in response.aiter_bytes():
+    async for chunk in chunks:
         text = carry + decoder.decode(chunk)
         # A "\r" that ends a chunk may be the first half of "\r\n": decide with the next chunk.
         carry = "\r" if text.endswith("\r") else ""
