@@ -69,6 +69,18 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "JSON object of HTTP headers sent with every request.",
                         "schema": {"type": ["object", "null"]},
                     },
+                    "request_timeout": {
+                        "label": "Request timeout (s)",
+                        "description": "Seconds one model call may take in all, streamed or not; "
+                        "a step's request_timeout wins. Default: [agentloom] llm_request_timeout (600).",
+                        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                    },
+                    "max_reply_bytes": {
+                        "label": "Max reply size (bytes)",
+                        "description": "The most one reply may hold (body; text, reasoning and tool-call "
+                        "arguments together). Default: [agentloom] llm_max_reply_bytes (10 MiB).",
+                        "schema": {"type": ["integer", "null"], "minimum": 1},
+                    },
                 },
             }
         ],
@@ -85,6 +97,41 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "string",
                         "example": "/data/agentloom/{dag_id}",
                         "default": None,
+                    },
+                    "llm_request_timeout": {
+                        "description": "Seconds one model call may take in all, from the request to the "
+                        "last byte, streams included (httpx's timeout bounds each read only). Past it the "
+                        "call fails with a retryable error. A connection's request_timeout extra and a "
+                        "step's request_timeout win.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "120",
+                        "default": "600",
+                    },
+                    "llm_max_reply_bytes": {
+                        "description": "The most one model reply may hold: a body as received, one stream "
+                        "line, and a stream's text, reasoning and tool-call arguments together. Past it the "
+                        "call fails, not retryable. A connection's max_reply_bytes extra wins.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "1048576",
+                        "default": "10485760",
+                    },
+                    "max_parallel_tool_calls": {
+                        "description": "Tool calls of one model reply that run at the same time; the "
+                        "others wait their turn.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "4",
+                        "default": "8",
+                    },
+                    "max_tool_calls_per_reply": {
+                        "description": "Tool calls one model reply may ask for; those past it go back to "
+                        "the model as errors and do not run.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "16",
+                        "default": "32",
                     },
                 },
             }

@@ -4,7 +4,10 @@ Connection (type ``agentloom_llm``): password = API key, host = base URL (a full
 name means ``https://host[:port][/schema]``, ``http://`` for a loopback host), extra ``vendor``
 (openai, anthropic, google or gemini, ollama, mock; default: the vendor in an
 ``agentloom_<vendor>_default`` id, else openai), ``default_model``, ``extra_headers`` (a JSON object,
-as a dict or a JSON string) and optionally ``timeout`` (seconds). A connection without a key sends
+as a dict or a JSON string) and optionally ``timeout`` (seconds per read), ``request_timeout``
+(seconds one model call may take in all, streams included) and ``max_reply_bytes`` (the most one
+reply may hold); the last two default to the provider options ``[agentloom] llm_request_timeout``
+(600) and ``llm_max_reply_bytes`` (10 MiB), see ``llm.limits``. A connection without a key sends
 none: the vendor's key variable (``OPENAI_API_KEY``…) is never borrowed for another host.
 
 Policy of ``build_gateway`` (where the model calls of a step go):
@@ -61,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_provider_agentloom.exceptions import StepError
+from airflow_provider_agentloom.hooks._options import option_setting, positive_setting
 from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.errors import FixtureError, redact
 from airflow_provider_agentloom.llm.factory import VENDORS, create_provider
@@ -125,6 +129,8 @@ class LLMSettings:
     :param headers: extra HTTP headers; left out of the repr.
     :param default_model: the model steps that name none use (connections only).
     :param timeout: seconds per request phase, or None for the vendor's default.
+    :param request_timeout: seconds per model call in all, or None for the provider option.
+    :param max_reply_bytes: the most one reply may hold, or None for the provider option.
     :param conn_id: the connection id, when the settings came from one.
     """
 
@@ -135,6 +141,8 @@ class LLMSettings:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     default_model: str | None = None
     timeout: float | None = None
+    request_timeout: float | None = None
+    max_reply_bytes: int | None = None
     conn_id: str | None = None
 
     @property
@@ -233,7 +241,13 @@ def settings_from_connection(conn: Connection, conn_id: str) -> LLMSettings:
         ),
         headers=headers,
         default_model=(str(default_model).strip() or None) if default_model else None,
-        timeout=_timeout(extra.get("timeout"), conn_id),
+        timeout=positive_setting(extra.get("timeout"), f"timeout of connection {conn_id!r}", float),
+        request_timeout=positive_setting(
+            extra.get("request_timeout"), f"request_timeout of connection {conn_id!r}", float
+        ),
+        max_reply_bytes=positive_setting(
+            extra.get("max_reply_bytes"), f"max_reply_bytes of connection {conn_id!r}", int
+        ),
         conn_id=conn_id,
     )
 
@@ -280,18 +294,6 @@ def _headers(value: Any, conn_id: str) -> dict[str, str]:
     return {str(name): str(item) for name, item in value.items() if item is not None}
 
 
-def _timeout(value: Any, conn_id: str) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = 0.0
-    if seconds <= 0:
-        raise StepError(f"timeout of connection {conn_id!r} must be a positive number", retryable=False)
-    return seconds
-
-
 def base_url_of(host: str | None, port: int | None = None, schema: str | None = None) -> str:
     """Return the base URL of a connection's host field ("" when empty).
 
@@ -330,6 +332,8 @@ def provider_from_settings(settings: LLMSettings) -> LLMProvider:
         kwargs["headers"] = dict(settings.headers)
     if settings.timeout is not None:
         kwargs["timeout"] = settings.timeout
+    kwargs["request_timeout"] = settings.request_timeout or option_setting("llm_request_timeout", float)
+    kwargs["max_reply_bytes"] = settings.max_reply_bytes or option_setting("llm_max_reply_bytes", int)
     try:
         provider = create_provider(settings.vendor, **kwargs)
     except (TypeError, ValueError) as exc:
@@ -395,7 +399,8 @@ def _mock_gateway(
         raise StepError(str(exc), retryable=False) from None
     gateway = ProviderGateway()
     gateway.register(provider, priority=0, is_fallback=True)
-    log.info("LLM provider: mock (%s)", f"fixture {path}" if path else "default replies, no fixture file")
+    kind = "recording, replayed strictly" if provider.replaying else "fixture"
+    log.info("LLM provider: mock (%s)", f"{kind} {path}" if path else "default replies, no fixture file")
     return gateway
 
 

@@ -30,6 +30,7 @@ _LAZY: dict[str, str] = {
     "ProviderGateway": "airflow_provider_agentloom.llm.gateway",
     "RecordedToolResult": "airflow_provider_agentloom.llm.types",
     "RecordingProvider": "airflow_provider_agentloom.llm.recording",
+    "ReplyTooLargeError": "airflow_provider_agentloom.llm.errors",
     "TokenUsage": "airflow_provider_agentloom.llm.types",
     "ToolCall": "airflow_provider_agentloom.llm.types",
     "ToolCallRecord": "airflow_provider_agentloom.llm.types",
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.llm.errors import CircuitOpenError as CircuitOpenError
     from airflow_provider_agentloom.llm.errors import FixtureError as FixtureError
     from airflow_provider_agentloom.llm.errors import NoProviderError as NoProviderError
+    from airflow_provider_agentloom.llm.errors import ReplyTooLargeError as ReplyTooLargeError
     from airflow_provider_agentloom.llm.factory import create_provider as create_provider
     from airflow_provider_agentloom.llm.fixtures import prompt_hash as prompt_hash
     from airflow_provider_agentloom.llm.gateway import ProviderGateway as ProviderGateway

@@ -8,16 +8,18 @@ from pydantic import BaseModel
 
 from airflow_provider_agentloom.llm.base import StreamAccumulator, StreamDelta, StreamError
 from airflow_provider_agentloom.llm.errors import UnsupportedInputError
-from airflow_provider_agentloom.llm.http_provider import HTTPProvider, json_object, split_system
+from airflow_provider_agentloom.llm.http_provider import HTTPProvider
 from airflow_provider_agentloom.llm.types import (
     AttachmentData,
     ChatRequest,
     ChatResponse,
     Message,
+    TokenCount,
     TokenUsage,
     ToolCall,
     ToolChoiceByName,
 )
+from airflow_provider_agentloom.llm.wire import json_object, split_system
 
 __all__ = ["AnthropicProvider"]
 
@@ -57,10 +59,10 @@ class _Block(BaseModel):
 
 
 class _Usage(BaseModel):
-    input_tokens: int | None = 0
-    output_tokens: int | None = 0
-    cache_creation_input_tokens: int | None = 0
-    cache_read_input_tokens: int | None = 0
+    input_tokens: TokenCount | None = 0
+    output_tokens: TokenCount | None = 0
+    cache_creation_input_tokens: TokenCount | None = 0
+    cache_read_input_tokens: TokenCount | None = 0
 
 
 class _Body(BaseModel):
@@ -104,10 +106,11 @@ class AnthropicProvider(HTTPProvider):
         return f"{self.base_url}/messages"
 
     def _error_detail(self, body: Any, text: str) -> str:
-        if isinstance(body, dict) and isinstance(body.get("error"), dict):
-            error = body["error"]
-            return f"{error.get('type', 'error')}: {error.get('message', '')}"
-        return super()._error_detail(body, text)
+        found = _anthropic_error(body)
+        return found[0] if found is not None else super()._error_detail(body, text)
+
+    def _error_in_body(self, body: Any) -> tuple[str, int] | None:
+        return _anthropic_error(body)
 
     # -- request -----------------------------------------------------------------------------
 
@@ -227,18 +230,17 @@ class _AnthropicStream(StreamAccumulator):
     def __init__(self) -> None:
         self.model = ""
         self.blocks: dict[int, dict[str, Any]] = {}
-        self.json_parts: dict[int, list[str]] = {}
+        self.parts: dict[tuple[int, str], list[str]] = {}
         self.stop_reason: str | None = None
         self.usage: dict[str, Any] = {}
 
     def feed(self, payload: Any, event: str) -> StreamDelta:
-        kind = payload.get("type", event) if isinstance(payload, dict) else event
-        if kind == "error":
-            error = payload.get("error") or {}
-            raise StreamError(
-                f"{error.get('type', 'error')}: {error.get('message', '')}",
-                _ERROR_STATUS.get(error.get("type", ""), 500),
-            )
+        if not isinstance(payload, dict):
+            raise ValueError("stream event is not an object")
+        kind = payload.get("type", event)
+        error = _anthropic_error(payload) if kind == "error" or "error" in payload else None
+        if error is not None:
+            raise StreamError(*error)
         if kind == "message_start":
             message = payload.get("message") or {}
             self.model = message.get("model") or self.model
@@ -258,26 +260,49 @@ class _AnthropicStream(StreamAccumulator):
         return StreamDelta()
 
     def _delta(self, index: int, delta: dict[str, Any]) -> StreamDelta:
-        block = self.blocks.setdefault(index, {"type": "text", "text": ""})
+        self.blocks.setdefault(index, {"type": "text", "text": ""})
         kind = delta.get("type")
+        field = _DELTA_FIELDS.get(str(kind))
+        if field is None:
+            return StreamDelta()
+        # Pieces are joined once, in body(): repeated string concatenation is quadratic.
+        piece = self.keep(str(delta.get(field[1]) or ""))
+        self.parts.setdefault((index, field[0]), []).append(piece)
         if kind == "text_delta":
-            text = delta.get("text", "")
-            block["text"] = block.get("text", "") + text
-            return StreamDelta(text=text, progressed=bool(text))
-        if kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
-            return StreamDelta(progressed=True)
-        if kind == "signature_delta":
-            block["signature"] = block.get("signature", "") + delta.get("signature", "")
-        elif kind == "input_json_delta":
-            self.json_parts.setdefault(index, []).append(delta.get("partial_json", ""))
-            return StreamDelta(progressed=True)
-        return StreamDelta()
+            return StreamDelta(text=piece, progressed=bool(piece))
+        return StreamDelta(progressed=kind != "signature_delta")
+
+    def missing_end(self) -> str | None:
+        return None if self.finished else "message_stop"
 
     def body(self) -> Any:
-        content = []
-        for index, block in sorted(self.blocks.items()):
-            if block.get("type") == "tool_use" and index in self.json_parts:
-                block = {**block, "input": "".join(self.json_parts[index])}
-            content.append(block)
+        blocks = {index: dict(block) for index, block in self.blocks.items()}
+        for (index, name), pieces in self.parts.items():
+            block = blocks[index]
+            joined = "".join(pieces)
+            # A tool_use block starts with "input": {}; its JSON text replaces it.
+            block[name] = joined if name == "input" else str(block.get(name) or "") + joined
+        content = [block for _, block in sorted(blocks.items())]
         return {"model": self.model, "content": content, "stop_reason": self.stop_reason, "usage": self.usage}
+
+
+# delta type -> (block field it extends, delta field that carries the piece)
+_DELTA_FIELDS = {
+    "text_delta": ("text", "text"),
+    "thinking_delta": ("thinking", "thinking"),
+    "signature_delta": ("signature", "signature"),
+    "input_json_delta": ("input", "partial_json"),
+}
+
+
+def _anthropic_error(body: Any) -> tuple[str, int] | None:
+    """Return ``(type: message, status)`` of an Anthropic error document or error event, else None."""
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if isinstance(error, dict):
+        kind = str(error.get("type") or "error")
+        return f"{kind}: {error.get('message', '')}", _ERROR_STATUS.get(kind, 500)
+    if body.get("type") == "error" or error:
+        return str(error or body.get("message") or "error"), 500
+    return None

@@ -7,6 +7,7 @@ from ``LLMProvider`` directly.
 from __future__ import annotations
 
 import inspect
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,7 +16,17 @@ from typing import Any, Self
 
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
 
-__all__ = ["LLMProvider", "OnChunk", "StreamAccumulator", "StreamDelta", "StreamError", "emit_chunk"]
+__all__ = [
+    "ChunkSink",
+    "LLMProvider",
+    "OnChunk",
+    "StreamAccumulator",
+    "StreamDelta",
+    "StreamError",
+    "emit_chunk",
+]
+
+log = logging.getLogger(__name__)
 
 OnChunk = Callable[[str], Awaitable[None] | None]
 """Receives each streamed text chunk; may be a plain function or a coroutine function."""
@@ -68,6 +79,27 @@ class LLMProvider(ABC):
         return f"{type(self).__name__}(name={self.name!r})"
 
 
+class ChunkSink:
+    """Forwards chunks to the caller's callback; a failing callback is logged once and then dropped."""
+
+    def __init__(self, on_chunk: OnChunk | None, provider: str) -> None:
+        self._on_chunk = on_chunk
+        self._provider = provider
+
+    async def __call__(self, text: str) -> None:
+        if self._on_chunk is None:
+            return
+        try:
+            await emit_chunk(self._on_chunk, text)
+        except Exception as exc:
+            log.warning(
+                "Stream chunk callback failed (%s); no more chunks of this %s reply are forwarded",
+                type(exc).__name__,
+                self._provider,
+            )
+            self._on_chunk = None
+
+
 @dataclass(slots=True)
 class StreamDelta:
     """What one stream event added: ``text`` to forward, and whether it carried any model output at all."""
@@ -85,13 +117,32 @@ class StreamError(Exception):
 
 
 class StreamAccumulator(ABC):
-    """Rebuilds a vendor's non-streamed response body from its stream events."""
+    """Rebuilds a vendor's non-streamed response body from its stream events.
+
+    ``finished``: the vendor's end marker arrived, stop reading. ``output_bytes``: the size of the
+    model output kept so far (text, reasoning, tool-call names and arguments), which
+    ``HTTPProvider`` holds under ``max_reply_bytes``; ``feed`` adds to it through :meth:`keep`.
+    """
 
     finished: bool = False
+    output_bytes: int = 0
 
     @abstractmethod
     def feed(self, payload: Any, event: str) -> StreamDelta:
         """Consume one decoded event (``event`` is the SSE event name, ``message`` for NDJSON)."""
+
+    def keep(self, piece: str) -> str:
+        """Count ``piece`` of model output towards ``output_bytes``; return it."""
+        self.output_bytes += len(piece.encode("utf-8", "surrogatepass"))
+        return piece
+
+    def end_of_stream(self) -> None:
+        """Note the stream's own end sentinel (OpenAI's ``data: [DONE]``)."""
+        self.finished = True
+
+    def missing_end(self) -> str | None:
+        """Return the end marker the stream lacked when it closed, or None when it ended properly."""
+        return None if self.finished else "its end marker"
 
     @abstractmethod
     def body(self) -> Any:

@@ -20,8 +20,11 @@ __all__ = [
     "LLMHTTPError",
     "NoProviderError",
     "ProviderResponseError",
+    "ReplyTooLargeError",
     "UnsupportedInputError",
+    "clip",
     "redact",
+    "short_detail",
 ]
 
 # Shapes of vendor keys, scrubbed even when we were not told the key (a server may echo part of it).
@@ -43,6 +46,17 @@ def short_detail(text: str, secrets: Iterable[str] = ()) -> str:
     """Return a redacted, single-line, length-capped excerpt of a vendor's error text."""
     flat = " ".join(redact(text, secrets).split())
     return flat if len(flat) <= _MAX_DETAIL else flat[: _MAX_DETAIL - 1] + "…"
+
+
+def clip(text: str, limit: int) -> str:
+    """Return ``text`` cut to ``limit`` characters (an ellipsis and the cut size mark a cut).
+
+    Used on everything a model supplied that is echoed back in an error: a tool name, an argument
+    quoted by a tool's error. A reply of 10 MB of arguments must not come back 10 MB larger.
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[: max(0, limit - 1)]}… ({len(text) - limit + 1:,} more characters cut)"
 
 
 class NoProviderError(LLMError):
@@ -126,6 +140,24 @@ class UnsupportedInputError(LLMError):
 
 def _rebuild_unsupported(message: str, vendor: str) -> UnsupportedInputError:
     return UnsupportedInputError(message, vendor=vendor)
+
+
+class ReplyTooLargeError(LLMError):
+    """Raised when a reply passes ``max_reply_bytes`` (body, text and tool-call arguments together)."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, vendor: str, limit: int) -> None:
+        self.vendor = vendor
+        self.limit = limit
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_too_large, (str(self), self.vendor, self.limit))
+
+
+def _rebuild_too_large(message: str, vendor: str, limit: int) -> ReplyTooLargeError:
+    return ReplyTooLargeError(message, vendor=vendor, limit=limit)
 
 
 class FixtureError(LLMError):

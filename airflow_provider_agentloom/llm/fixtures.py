@@ -4,11 +4,16 @@ A fixture file is a JSON object. Keys are step ids or prompt hashes; ``_version`
 starting with ``_`` are metadata. A value is one entry or a list of entries (the turns of a
 step, in order)::
 
-    {"_version": 2,
+    {"_version": 2, "_record_tools": true,
      "ask": [{"content": "", "tool_calls": [{"id": "c1", "name": "http_request", "arguments": {...}}],
               "tool_results": {"c1": {"name": "http_request", "result": {...}, "error": null}}},
              {"content": "final answer", "usage": {...}, "cost_usd": 0.0001, "finish_reason": "stop"}],
      "9f2c…": {"content": "…"}}
+
+A file with a ``_version`` is a **recording** (``--record`` writes one, as upstream's recorder
+does); a file without is a hand-written **fixture**. The mock replays a recording strictly (see
+``MockProvider``). ``_record_tools`` says whether the recording holds the results of the model's
+tool calls (``--record-tools``); a recording that lacks it is taken to hold them.
 """
 
 from __future__ import annotations
@@ -25,13 +30,26 @@ from airflow_provider_agentloom.llm.types import (
     ChatRequest,
     ChatResponse,
     RecordedToolResult,
+    TokenCount,
     TokenUsage,
     ToolCall,
 )
 
-__all__ = ["FIXTURE_VERSION", "FixtureEntry", "load_fixture_file", "prompt_hash", "prompt_hash_of"]
+__all__ = [
+    "FIXTURE_VERSION",
+    "RECORD_TOOLS_KEY",
+    "VERSION_KEY",
+    "FixtureEntry",
+    "check_version",
+    "load_fixture_file",
+    "prompt_hash",
+    "prompt_hash_of",
+    "reply_keys",
+]
 
 FIXTURE_VERSION = 2
+VERSION_KEY = "_version"
+RECORD_TOOLS_KEY = "_record_tools"
 
 
 def prompt_hash_of(
@@ -75,8 +93,8 @@ class FixtureEntry(BaseModel):
     content: str = ""
     model: str | None = None
     provider: str | None = None
-    usage: dict[str, int] = Field(default_factory=dict)
-    cost_usd: float = 0.0
+    usage: dict[str, TokenCount] = Field(default_factory=dict)
+    cost_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     latency_ms: float | None = None
     finish_reason: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
@@ -89,7 +107,10 @@ class FixtureEntry(BaseModel):
         try:
             return cls.model_validate(value)
         except ValidationError as exc:
-            raise FixtureError(f"fixture entry {key!r} is malformed: {exc.errors()[0]['msg']}") from None
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            where = f" ({where})" if where else ""
+            raise FixtureError(f"fixture entry {key!r} is malformed{where}: {first['msg']}") from None
 
     @classmethod
     def from_response(cls, response: ChatResponse, *, latency_ms: float | None) -> FixtureEntry:
@@ -158,3 +179,20 @@ def load_fixture_file(path: str | Path) -> dict[str, Any]:
             f"Mock responses file {str(path)!r} must hold a JSON object, not {type(data).__name__}"
         )
     return data
+
+
+def check_version(data: dict[str, Any], source: str) -> None:
+    """Refuse a recording whose ``_version`` this package does not read (only ``FIXTURE_VERSION``)."""
+    if VERSION_KEY not in data:
+        return
+    version = data[VERSION_KEY]
+    if type(version) is not int or version != FIXTURE_VERSION:
+        raise FixtureError(
+            f"Recording {source} has {VERSION_KEY} {version!r}; this version of airflow-provider-agentloom "
+            f"reads version {FIXTURE_VERSION} only. Record the run again with agentloom run --record"
+        )
+
+
+def reply_keys(data: dict[str, Any]) -> list[str]:
+    """Return the keys of a fixture that hold replies (step ids and prompt hashes, not ``_`` metadata)."""
+    return [key for key in data if not key.startswith("_")]

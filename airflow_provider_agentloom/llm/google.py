@@ -9,17 +9,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from airflow_provider_agentloom.llm.base import StreamAccumulator, StreamDelta, StreamError
-from airflow_provider_agentloom.llm.http_provider import HTTPProvider, split_system
+from airflow_provider_agentloom.llm.http_provider import HTTPProvider
 from airflow_provider_agentloom.llm.types import (
     AttachmentData,
     ChatRequest,
     ChatResponse,
     Message,
+    TokenCount,
     TokenUsage,
     ToolCall,
     ToolChoiceByName,
     ToolSpec,
 )
+from airflow_provider_agentloom.llm.wire import body_error, split_system
 
 __all__ = ["GoogleProvider"]
 
@@ -62,11 +64,11 @@ class _Candidate(BaseModel):
 
 
 class _UsageMetadata(BaseModel):
-    promptTokenCount: int | None = 0
-    candidatesTokenCount: int | None = 0
-    thoughtsTokenCount: int | None = 0
-    toolUsePromptTokenCount: int | None = 0
-    totalTokenCount: int | None = 0
+    promptTokenCount: TokenCount | None = 0
+    candidatesTokenCount: TokenCount | None = 0
+    thoughtsTokenCount: TokenCount | None = 0
+    toolUsePromptTokenCount: TokenCount | None = 0
+    totalTokenCount: TokenCount | None = 0
 
 
 class _Body(BaseModel):
@@ -220,11 +222,17 @@ class GoogleProvider(HTTPProvider):
 
 
 class _GeminiStream(StreamAccumulator):
-    """Merges streamed ``GenerateContentResponse`` chunks (text parts concatenated) into one body."""
+    """Merges streamed ``GenerateContentResponse`` chunks (text parts concatenated) into one body.
+
+    The stream ends properly with a chunk that carries a ``finishReason``, or a refused prompt's
+    ``promptFeedback.blockReason``; Gemini then closes the connection.
+    """
 
     def __init__(self) -> None:
         self.parts: list[dict[str, Any]] = []
+        self.texts: list[list[str]] = []
         self.finish_reason: str | None = None
+        self.blocked = False
         self.usage: dict[str, Any] | None = None
         self.model = ""
         self.seen_candidate = False
@@ -237,12 +245,15 @@ class _GeminiStream(StreamAccumulator):
                 merged.text += delta.text
                 merged.progressed = merged.progressed or delta.progressed
             return merged
-        if payload.get("error"):
-            error = payload["error"]
-            raise StreamError(str(error.get("message", "stream error")), int(error.get("code") or 500))
+        if not isinstance(payload, dict):
+            raise ValueError("stream event is not an object")
+        error = body_error(payload)
+        if error is not None:
+            raise StreamError(*error)
         self.model = payload.get("modelVersion") or self.model
         if payload.get("usageMetadata"):
             self.usage = payload["usageMetadata"]
+        self.blocked = self.blocked or bool((payload.get("promptFeedback") or {}).get("blockReason"))
         delta = StreamDelta()
         candidates = payload.get("candidates") or []
         if not candidates:
@@ -254,12 +265,16 @@ class _GeminiStream(StreamAccumulator):
         for part in (candidate.get("content") or {}).get("parts") or []:
             self._merge(part)
             if "text" in part and not part.get("thought"):
-                delta.text += part["text"]
+                delta.text += str(part["text"])
             delta.progressed = True
         return delta
 
     def _merge(self, part: dict[str, Any]) -> None:
         last = self.parts[-1] if self.parts else None
+        if "text" in part:
+            self.keep(str(part["text"]))
+        if "functionCall" in part:
+            self.keep(json.dumps(part["functionCall"]))
         mergeable = (
             last is not None
             and "text" in part
@@ -267,13 +282,22 @@ class _GeminiStream(StreamAccumulator):
             and bool(part.get("thought")) == bool(last.get("thought"))
             and "thoughtSignature" not in part
         )
-        if mergeable and last is not None:
-            last["text"] += part["text"]
+        if mergeable:
+            # Texts are joined once, in body(): repeated string concatenation is quadratic.
+            self.texts[-1].append(str(part["text"]))
         else:
             self.parts.append(dict(part))
+            self.texts.append([str(part["text"])] if "text" in part else [])
+
+    def missing_end(self) -> str | None:
+        return None if self.finish_reason or self.blocked else "a finishReason"
 
     def body(self) -> Any:
-        candidates = [{"content": {"parts": self.parts}, "finishReason": self.finish_reason}]
+        parts = [
+            {**part, "text": "".join(texts)} if "text" in part else part
+            for part, texts in zip(self.parts, self.texts, strict=True)
+        ]
+        candidates = [{"content": {"parts": parts}, "finishReason": self.finish_reason}]
         return {
             "candidates": candidates if self.seen_candidate else [],
             "usageMetadata": self.usage,

@@ -3,18 +3,19 @@
 A vendor module supplies the URL, headers, request body, a stream accumulator and one
 ``_parse(body)``. ``complete()`` feeds the JSON body to ``_parse``; ``stream()`` feeds each SSE or
 NDJSON event to the accumulator, which rebuilds the same body, then calls the same ``_parse``.
+Every call runs under the bounds of ``llm.limits`` (an overall deadline, a size cap); a stream
+that closes before its vendor's end marker is a retryable "stream ended early" error; a 2xx body
+that is the vendor's error document shows the vendor's message.
 """
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import os
 import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
 import anyio.lowlevel
@@ -23,29 +24,36 @@ import pydantic
 
 from airflow_provider_agentloom.exceptions import LLMHTTPError
 from airflow_provider_agentloom.llm.base import (
+    ChunkSink,
     LLMProvider,
     OnChunk,
     StreamAccumulator,
     StreamError,
-    emit_chunk,
 )
-from airflow_provider_agentloom.llm.errors import LLMError, ProviderResponseError, redact, short_detail
+from airflow_provider_agentloom.llm.errors import ProviderResponseError, redact, short_detail
+from airflow_provider_agentloom.llm.limits import (
+    DEFAULT_MAX_REPLY_BYTES,
+    DEFAULT_REQUEST_TIMEOUT,
+    capped_lines,
+    deadline_error,
+    describe_validation_error,
+    ended_early_error,
+    read_capped,
+    read_prefix,
+    too_large_error,
+)
 from airflow_provider_agentloom.llm.pricing import PricingTable, default_pricing
 from airflow_provider_agentloom.llm.sse import aiter_ndjson, aiter_sse
-from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, Message
+from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
+from airflow_provider_agentloom.llm.wire import body_error, is_retryable_status, parse_retry_after
 
 __all__ = [
-    "MAX_STREAM_CHARS",
     "HTTPProvider",
-    "is_retryable_status",
-    "json_object",
-    "parse_retry_after",
-    "split_system",
 ]
 
 log = logging.getLogger(__name__)
 
-MAX_STREAM_CHARS = 10_000_000
+_DONE = "[DONE]"
 _SENSITIVE_HEADERS = (
     "authorization",
     "x-api-key",
@@ -86,57 +94,6 @@ def _guard_secret(secret: str) -> None:
     _secret_filter.secrets.add(secret)
 
 
-def is_retryable_status(status: int) -> bool:
-    """Return whether an HTTP status is worth retrying: 408, 409, 425, 429 and every 5xx."""
-    return status in (408, 409, 425, 429) or status >= 500
-
-
-def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Return the requested wait in seconds, from ``retry-after-ms`` or ``Retry-After`` (seconds or date)."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    millis = lowered.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000.0)
-        except ValueError:
-            pass
-    value = lowered.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-class _ChunkSink:
-    """Forwards chunks to the caller's callback; a failing callback is logged once and then dropped."""
-
-    def __init__(self, on_chunk: OnChunk | None, provider: str) -> None:
-        self._on_chunk = on_chunk
-        self._provider = provider
-
-    async def __call__(self, text: str) -> None:
-        if self._on_chunk is None:
-            return
-        try:
-            await emit_chunk(self._on_chunk, text)
-        except Exception as exc:
-            log.warning(
-                "Stream chunk callback failed (%s); no more chunks of this %s reply are forwarded",
-                type(exc).__name__,
-                self._provider,
-            )
-            self._on_chunk = None
-
-
 class HTTPProvider(LLMProvider):
     """Shared HTTP plumbing of the vendor clients (httpx, async).
 
@@ -145,6 +102,9 @@ class HTTPProvider(LLMProvider):
     :param base_url: the API root; falls back to the vendor's ``*_BASE_URL`` variable, then to the
         public endpoint.
     :param timeout: seconds for each phase of a request (connect is capped at 10 s).
+    :param request_timeout: seconds one call may take in all, streamed or not (default 600; a
+        request's own ``request_timeout`` wins). See ``llm.limits``.
+    :param max_reply_bytes: the most a reply may hold (default 10 MiB). See ``llm.limits``.
     :param headers: extra headers for every request.
     :param http_client: an ``httpx.AsyncClient`` to use (not closed by ``aclose``); by default the
         provider makes its own, one per event loop.
@@ -164,6 +124,8 @@ class HTTPProvider(LLMProvider):
         base_url: str = "",
         *,
         timeout: float | None = None,
+        request_timeout: float | None = None,
+        max_reply_bytes: int | None = None,
         headers: Mapping[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
         name: str | None = None,
@@ -173,6 +135,10 @@ class HTTPProvider(LLMProvider):
         env_base = os.environ.get(self.base_url_env, "") if self.base_url_env else ""
         self.base_url = self._normalize_base_url(base_url or env_base or self.default_base_url)
         self.timeout = self.default_timeout if timeout is None else float(timeout)
+        self.request_timeout = DEFAULT_REQUEST_TIMEOUT if request_timeout is None else float(request_timeout)
+        self.max_reply_bytes = DEFAULT_MAX_REPLY_BYTES if max_reply_bytes is None else int(max_reply_bytes)
+        if self.request_timeout <= 0 or self.max_reply_bytes <= 0:
+            raise ValueError("request_timeout and max_reply_bytes must be positive")
         self._headers = dict(headers or {})
         self._client = http_client
         self._owns_client = http_client is None
@@ -231,6 +197,10 @@ class HTTPProvider(LLMProvider):
                 return str(body["message"])
         return text
 
+    def _error_in_body(self, body: Any) -> tuple[str, int] | None:
+        """Return ``(message, status)`` when a 2xx body is the vendor's error document, else None."""
+        return body_error(body)
+
     # -- shared machinery ------------------------------------------------------------------
 
     def _http(self) -> httpx.AsyncClient:
@@ -282,9 +252,25 @@ class HTTPProvider(LLMProvider):
         )
 
     def _parse_checked(self, body: Any, request: ChatRequest) -> ChatResponse:
+        """Parse a 2xx body: an error document raises ``LLMHTTPError``, bad JSON ``ProviderResponseError``."""
+        error = self._error_in_body(body)
+        if error is not None:
+            message, status = error
+            detail = short_detail(message, self._secrets)
+            raise LLMHTTPError(
+                f"{self.name} sent an error in a successful (2xx) reply: {detail}",
+                vendor=self.name,
+                status_code=status,
+                retryable=is_retryable_status(status),
+            )
         try:
             return self._parse(body, request)
-        except (pydantic.ValidationError, KeyError, TypeError, ValueError) as exc:
+        except pydantic.ValidationError as exc:
+            detail = short_detail(describe_validation_error(exc), self._secrets)
+            raise ProviderResponseError(
+                f"{self.name} sent a reply that is not in its documented format: {detail}", vendor=self.name
+            ) from None
+        except (KeyError, TypeError, ValueError) as exc:
             raise ProviderResponseError(
                 f"{self.name} sent a response that is not in its documented format ({type(exc).__name__})",
                 vendor=self.name,
@@ -309,58 +295,65 @@ class HTTPProvider(LLMProvider):
             }
         )
 
+    def _deadline(self, request: ChatRequest) -> float:
+        return request.request_timeout or self.request_timeout
+
     async def complete(self, request: ChatRequest) -> ChatResponse:
+        deadline = self._deadline(request)
+        with anyio.move_on_after(deadline):
+            return await self._complete(request)
+        raise deadline_error(self.name, deadline)
+
+    async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse:
+        deadline = self._deadline(request)
+        with anyio.move_on_after(deadline):
+            return await self._stream(request, on_chunk)
+        raise deadline_error(self.name, deadline)
+
+    async def _complete(self, request: ChatRequest) -> ChatResponse:
         payload = self._payload(request, stream=False)
         url = self._url(request, stream=False)
         log.debug("POST %s (model %s)", url, request.model)
         started = time.perf_counter()
         try:
-            response = await self._http().post(url, json=payload, headers=self._request_headers())
+            async with self._http().stream(
+                "POST", url, json=payload, headers=self._request_headers()
+            ) as response:
+                if response.status_code >= 400:
+                    text = await read_prefix(response)
+                    raise self._status_error(response.status_code, response.headers, text)
+                raw = await read_capped(response, self.max_reply_bytes, self.name)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
-        if response.status_code >= 400:
-            raise self._status_error(response.status_code, response.headers, response.text)
         try:
-            body = response.json()
+            body = json.loads(raw)
         except ValueError:
             raise ProviderResponseError(
                 f"{self.name} sent a body that is not JSON", vendor=self.name
             ) from None
         return self._finish(self._parse_checked(body, request), request, started, None)
 
-    async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse:
+    async def _stream(self, request: ChatRequest, on_chunk: OnChunk | None) -> ChatResponse:
         payload = self._payload(request, stream=True)
         url = self._url(request, stream=True)
         log.debug("POST %s (model %s, streaming)", url, request.model)
         accumulator = self._accumulator(request)
-        sink = _ChunkSink(on_chunk, self.name)
+        sink = ChunkSink(on_chunk, self.name)
         started = time.perf_counter()
-        ttft_ms: float | None = None
-        streamed = 0
         try:
             async with self._http().stream(
                 "POST", url, json=payload, headers=self._request_headers()
             ) as response:
                 if response.status_code >= 400:
-                    text = (await response.aread()).decode("utf-8", "replace")
+                    text = await read_prefix(response)
                     raise self._status_error(response.status_code, response.headers, text)
                 if response.headers.get("content-type", "").startswith("application/json"):
                     # A server that ignores "stream": the whole reply arrives as one JSON body.
-                    whole = self._parse_checked(json.loads(await response.aread()), request)
+                    raw = await read_capped(response, self.max_reply_bytes, self.name)
+                    whole = self._parse_checked(json.loads(raw), request)
                     await sink(whole.content)
-                    ttft_ms = (time.perf_counter() - started) * 1000.0
-                    return self._finish(whole, request, started, ttft_ms)
-                async for event, data in self._events(response):
-                    delta = accumulator.feed(data, event)
-                    if delta.progressed and ttft_ms is None:
-                        ttft_ms = (time.perf_counter() - started) * 1000.0
-                    if delta.text:
-                        streamed += len(delta.text)
-                        if streamed > MAX_STREAM_CHARS:
-                            raise LLMError(f"{self.name} streamed more than {MAX_STREAM_CHARS} characters")
-                        await sink(delta.text)
-                    if accumulator.finished:
-                        break
+                    return self._finish(whole, request, started, (time.perf_counter() - started) * 1000.0)
+                ttft_ms = await self._read_events(response, accumulator, sink, started)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
         except StreamError as exc:
@@ -370,41 +363,53 @@ class HTTPProvider(LLMProvider):
                 status_code=exc.status,
                 retryable=is_retryable_status(exc.status),
             ) from None
-        except json.JSONDecodeError:
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+        ) as exc:  # bad JSON, or not the vendor's shape
+            what = (
+                "is not JSON" if isinstance(exc, json.JSONDecodeError) else "is not in its documented format"
+            )
             raise ProviderResponseError(
-                f"{self.name} streamed an event that is not JSON", vendor=self.name
+                f"{self.name} streamed an event that {what}", vendor=self.name
             ) from None
+        missing = accumulator.missing_end()
+        if missing is not None:
+            raise ended_early_error(self.name, missing)
         return self._finish(self._parse_checked(accumulator.body(), request), request, started, ttft_ms)
 
+    async def _read_events(
+        self, response: httpx.Response, accumulator: StreamAccumulator, sink: ChunkSink, started: float
+    ) -> float | None:
+        """Feed the stream's events to ``accumulator`` until its end; return the time to first token."""
+        ttft_ms: float | None = None
+        async for event, data in self._events(response):
+            if event == _DONE:
+                accumulator.end_of_stream()
+                break
+            delta = accumulator.feed(data, event)
+            if delta.progressed and ttft_ms is None:
+                ttft_ms = (time.perf_counter() - started) * 1000.0
+            if accumulator.output_bytes > self.max_reply_bytes:
+                what = "text, reasoning and tool-call arguments together"
+                raise too_large_error(self.name, self.max_reply_bytes, what)
+            await sink(delta.text)
+            if accumulator.finished:
+                break
+        return ttft_ms
+
     async def _events(self, response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
+        lines = capped_lines(response.aiter_bytes(), self.max_reply_bytes, self.name)
         if self.stream_format == "ndjson":
-            async for item in aiter_ndjson(response.aiter_lines()):
+            async for item in aiter_ndjson(lines):
                 yield "message", item
             return
-        async for sse in aiter_sse(response.aiter_lines()):
+        async for sse in aiter_sse(lines):
             if sse.data.strip() == "[DONE]":
+                yield _DONE, None
                 return
             if not sse.data.strip():
                 continue
             yield sse.event, sse.json()
-
-
-def split_system(messages: list[Message]) -> tuple[str, list[Message]]:
-    """Return the system messages' text joined by blank lines, and the other messages."""
-    system = [m.content for m in messages if m.role == "system" and m.content]
-    return "\n\n".join(system), [m for m in messages if m.role != "system"]
-
-
-def json_object(text: str | dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
-    """Decode tool-call arguments: return the object and, when they are not a JSON object, an error."""
-    if isinstance(text, dict):
-        return text, None
-    if not text or not text.strip():
-        return {}, None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return {}, f"arguments are not valid JSON ({exc.msg})"
-    if not isinstance(value, dict):
-        return {}, "arguments are not a JSON object"
-    return value, None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_agentloom.exceptions import ToolNotFoundError
 from airflow_provider_agentloom.llm.base import OnChunk
+from airflow_provider_agentloom.llm.errors import clip
 from airflow_provider_agentloom.llm.gateway import ToolCallRecorder
 from airflow_provider_agentloom.llm.types import (
     ChatRequest,
@@ -26,6 +28,9 @@ from airflow_provider_agentloom.tools.registry import ToolRegistry
 from airflow_provider_agentloom.workflow.models import ToolDefinition
 
 __all__ = [
+    "DEFAULT_MAX_PARALLEL_TOOL_CALLS",
+    "DEFAULT_MAX_TOOL_CALLS_PER_REPLY",
+    "MAX_ECHO_CHARS",
     "ChatClient",
     "ExecuteTool",
     "LoopResult",
@@ -35,6 +40,13 @@ __all__ = [
     "tool_specs_for_agent",
     "tool_specs_for_llm_call",
 ]
+
+DEFAULT_MAX_PARALLEL_TOOL_CALLS = 8
+"""Tool calls of one reply run at the same time at most; the rest wait their turn."""
+DEFAULT_MAX_TOOL_CALLS_PER_REPLY = 32
+"""Tool calls one reply may ask for; those past it go back to the model as errors, not run."""
+MAX_ECHO_CHARS = 2000
+"""Longest tool error (or echoed tool name) sent back to the model or kept in the record."""
 
 ExecuteTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
 """Runs one tool by name with the model's arguments and returns its value (or raises)."""
@@ -88,6 +100,8 @@ async def run_tool_loop(
     replayed_tool_results: Mapping[str, RecordedToolResult] | None = None,
     on_tool_call: OnToolCall | None = None,
     on_chunk: OnChunk | None = None,
+    max_parallel_tool_calls: int = DEFAULT_MAX_PARALLEL_TOOL_CALLS,
+    max_tool_calls_per_reply: int = DEFAULT_MAX_TOOL_CALLS_PER_REPLY,
 ) -> LoopResult:
     """Call the model, run the tools it asks for, send their results back, until it answers without tools.
 
@@ -96,9 +110,13 @@ async def run_tool_loop(
     loop with ``finish_reason = "max_tool_iterations"``; its tool calls are not run (nobody would
     read their results).
 
-    The calls of one reply run concurrently. Any exception a tool raises (a sandbox refusal, an
-    unknown tool, a dropped connection) goes back to the model as ``Error: <message>`` and the loop
-    goes on; results are JSON-encoded unless they are strings.
+    The model picks only from the tools ``request`` declares (seed page): a call to any other
+    tool goes back to it as ``Error: tool 'x' is not available in this step`` and nothing runs,
+    whatever the registry holds. Of one reply's calls, the first ``max_tool_calls_per_reply``
+    run, at most ``max_parallel_tool_calls`` at a time (the rest queue); later ones go back as
+    errors without running. Any exception a tool raises (a sandbox refusal, an unknown tool, a
+    dropped connection) goes back to the model as ``Error: <message>`` (cut to
+    ``MAX_ECHO_CHARS``) and the loop goes on; results are JSON-encoded unless they are strings.
 
     Replay: a call whose id has a recorded result — in the reply itself
     (``ChatResponse.recorded_tool_results``, filled by the mock) or in ``replayed_tool_results`` —
@@ -113,9 +131,19 @@ async def run_tool_loop(
     :param replayed_tool_results: recorded results by tool-call id.
     :param on_tool_call: receives each finished call.
     :param on_chunk: when given, every turn is streamed and its text chunks go here.
+    :param max_parallel_tool_calls: tool calls running at the same time (≥ 1).
+    :param max_tool_calls_per_reply: tool calls of one reply that may run (≥ 1).
     """
-    if max_iterations < 1:
-        raise ValueError("max_iterations must be at least 1")
+    if min(max_iterations, max_parallel_tool_calls, max_tool_calls_per_reply) < 1:
+        raise ValueError(
+            "max_iterations, max_parallel_tool_calls and max_tool_calls_per_reply must be at least 1"
+        )
+    policy = _CallPolicy(
+        declared=frozenset(t.name for t in request.tools),
+        limiter=anyio.CapacityLimiter(max_parallel_tool_calls),
+        per_reply=max_tool_calls_per_reply,
+        replayed=replayed_tool_results or {},
+    )
     messages = list(request.messages)
     records: list[ToolCallRecord] = []
     usage = TokenUsage()
@@ -136,7 +164,7 @@ async def run_tool_loop(
             finish_reason = "max_tool_iterations"
             break
         rounds += 1
-        batch = await _run_calls(response, execute_tool, replayed_tool_results or {})
+        batch = await _run_calls(response, execute_tool, policy)
         for call, record in zip(response.tool_calls, batch, strict=True):
             messages.append(
                 Message.tool_result(call, record.content_for_model(), is_error=record.error is not None)
@@ -154,46 +182,75 @@ async def run_tool_loop(
     )
 
 
+@dataclass(frozen=True)
+class _CallPolicy:
+    """What decides whether and when one tool call of a reply runs."""
+
+    declared: frozenset[str]
+    limiter: anyio.CapacityLimiter
+    per_reply: int
+    replayed: Mapping[str, RecordedToolResult]
+
+    def refusal(self, index: int, call: ToolCall, total: int) -> str | None:
+        """Return why ``call`` (the ``index``-th of ``total``) must not run, or None."""
+        if call.name not in self.declared:
+            available = ", ".join(sorted(self.declared)) or "none"
+            return (
+                f"Error: tool {clip(call.name, 100)!r} is not available in this step (available: {available})"
+            )
+        if index >= self.per_reply:
+            return (
+                f"Error: tool call {index + 1} of {total} was not run: one reply may ask for at most "
+                f"{self.per_reply} tool calls (max_tool_calls_per_reply)"
+            )
+        if call.parse_error is not None:
+            return f"Error: the arguments of tool {call.name!r} could not be read: {call.parse_error}"
+        return None
+
+
 async def _run_calls(
-    response: ChatResponse, execute_tool: ExecuteTool, replayed: Mapping[str, RecordedToolResult]
+    response: ChatResponse, execute_tool: ExecuteTool, policy: _CallPolicy
 ) -> list[ToolCallRecord]:
-    results: list[ToolCallRecord | None] = [None] * len(response.tool_calls)
+    calls = response.tool_calls
+    results: list[ToolCallRecord] = [
+        _refused(call, reason) if (reason := policy.refusal(i, call, len(calls))) else _pending(call)
+        for i, call in enumerate(calls)
+    ]
 
     async def run(index: int, call: ToolCall) -> None:
-        recorded = response.recorded_tool_results.get(call.id) or replayed.get(call.id)
+        recorded = response.recorded_tool_results.get(call.id) or policy.replayed.get(call.id)
         if recorded is not None:
-            results[index] = ToolCallRecord(
-                id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                result=recorded.result,
-                error=recorded.error,
-                replayed=True,
+            results[index] = results[index].model_copy(
+                update={"result": recorded.result, "error": recorded.error, "replayed": True}
             )
             return
-        started = time.perf_counter()
-        result: Any = None
-        error: str | None = None
-        if call.parse_error is not None:
-            error = f"Error: the arguments of tool {call.name!r} could not be read: {call.parse_error}"
-        else:
+        async with policy.limiter:
+            started = time.perf_counter()
+            result: Any = None
+            error: str | None = None
             try:
                 result = await execute_tool(call.name, dict(call.arguments))
             except Exception as exc:  # every tool failure goes back to the model (seed page)
-                error = f"Error: {exc}" if str(exc) else f"Error: {type(exc).__name__}"
-        results[index] = ToolCallRecord(
-            id=call.id,
-            name=call.name,
-            arguments=call.arguments,
-            result=result,
-            error=error,
-            duration_ms=(time.perf_counter() - started) * 1000.0,
+                error = clip(f"Error: {exc}" if str(exc) else f"Error: {type(exc).__name__}", MAX_ECHO_CHARS)
+            duration_ms = (time.perf_counter() - started) * 1000.0
+        results[index] = results[index].model_copy(
+            update={"result": result, "error": error, "duration_ms": duration_ms}
         )
 
     async with anyio.create_task_group() as group:
-        for index, call in enumerate(response.tool_calls):
-            group.start_soon(run, index, call)
-    return [r for r in results if r is not None]
+        for index, call in enumerate(calls):
+            if results[index].error is None:
+                group.start_soon(run, index, call)
+    return results
+
+
+def _pending(call: ToolCall) -> ToolCallRecord:
+    return ToolCallRecord(id=call.id, name=call.name, arguments=call.arguments)
+
+
+def _refused(call: ToolCall, reason: str) -> ToolCallRecord:
+    """The record of a call that never ran: its name and arguments are the model's, so they are cut."""
+    return ToolCallRecord(id=call.id, name=clip(call.name, 100), arguments={}, error=reason)
 
 
 async def _notify(client: ChatClient, batch: list[ToolCallRecord], on_tool_call: OnToolCall | None) -> None:

@@ -1,4 +1,8 @@
-"""Deterministic mock model: replies from a fixture by step id, then by prompt hash, else a default reply."""
+"""Deterministic mock model: replies from a fixture by step id, then by prompt hash, else a default reply.
+
+A recording (a file with ``_version``, see ``llm.fixtures``) is replayed strictly instead: only
+from the recording, never with the default reply, never running a tool live.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,16 @@ from typing import Any, Literal
 import anyio
 
 from airflow_provider_agentloom.llm.base import LLMProvider, OnChunk, emit_chunk
-from airflow_provider_agentloom.llm.fixtures import FixtureEntry, load_fixture_file, prompt_hash
+from airflow_provider_agentloom.llm.errors import FixtureError
+from airflow_provider_agentloom.llm.fixtures import (
+    RECORD_TOOLS_KEY,
+    VERSION_KEY,
+    FixtureEntry,
+    check_version,
+    load_fixture_file,
+    prompt_hash,
+    reply_keys,
+)
 from airflow_provider_agentloom.llm.telemetry import telemetry
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, RecordedToolResult
 
@@ -37,10 +50,24 @@ class MockCall:
 class MockProvider(LLMProvider):
     """A provider that replays a fixture (upstream AgentLoom's format, see ``llm.fixtures``).
 
-    Lookup order: the request's ``step_id`` key (one entry, or a list of turns played in order with
-    a per-step cursor that stays on the last turn once reached), then the prompt hash, then
-    ``default_response`` with zero usage and cost. Unlike upstream, step-id keys work through the
-    gateway, and a missing fixture file is an error (``FixtureError``), not an empty map.
+    Fixture lookup order: the request's ``step_id`` key (one entry, or a list of turns played in
+    order with a per-step cursor that stays on the last turn once reached), then the prompt hash,
+    then ``default_response`` with zero usage and cost. Unlike upstream, step-id keys work through
+    the gateway, and a missing fixture file is an error (``FixtureError``), not an empty map; so is
+    a file that holds no reply at all.
+
+    A recording (``_version`` present; ``replaying`` is then true) is replayed strictly, and every
+    miss is a ``FixtureError`` that names the file, the step and the entry:
+
+    - a ``_version`` other than ``FIXTURE_VERSION`` is refused;
+    - turn *n* of a step is entry ``step[n]``, *n* being the assistant messages the request
+      already holds (the way the recorder numbers them); past the last one is an error, never
+      the last turn again; a step the recording lacks falls back to the prompt hash, then errs;
+      the default reply is never used;
+    - a reply with tool calls must hold every call's recorded result, which the tool loop
+      returns without running the tool; unless the recording says ``_record_tools: false`` (made
+      without ``--record-tools``), where the model's tool calls run again, as the seed page's
+      ``--record-tools`` row says.
 
     :param responses_file: the fixture JSON file (relative to the current directory), or None.
     :param latency_model: ``constant`` (sleep ``latency_ms``), ``normal`` (Gaussian around
@@ -80,6 +107,16 @@ class MockProvider(LLMProvider):
             load_fixture_file(self.responses_file) if self.responses_file else {}
         )
         self._responses.update(responses or {})
+        self._source = repr(str(self.responses_file)) if self.responses_file else "(in memory)"
+        self.replaying = VERSION_KEY in self._responses
+        if self.replaying:
+            check_version(self._responses, self._source)
+        if self.responses_file and not reply_keys(self._responses):
+            kind = "Recording" if self.replaying else "Mock responses file"
+            raise FixtureError(f"{kind} {self._source} holds no model reply (no step id or prompt hash key)")
+        self._tools_recorded = self._responses.get(RECORD_TOOLS_KEY) is not False
+        if self.replaying and not self._tools_recorded:
+            log.info("Recording %s was made without --record-tools: its tool calls run again", self._source)
         self._cursor: dict[str, int] = {}
         self.calls: list[MockCall] = []
 
@@ -106,7 +143,45 @@ class MockProvider(LLMProvider):
         self._cursor.clear()
         self.calls.clear()
 
+    def _replay_lookup(self, request: ChatRequest) -> tuple[FixtureEntry, MatchedBy, str]:
+        """Return the recorded reply to ``request`` (see the class docstring); every miss raises."""
+        key_hash = prompt_hash(request)
+        step_id = request.step_id
+        matched_by: MatchedBy
+        if step_id and step_id in self._responses:
+            value = self._responses[step_id]
+            turns = value if isinstance(value, list) else [value]
+            turn = sum(1 for message in request.messages if message.role == "assistant")
+            key = f"{step_id}[{turn}]"
+            if turn >= len(turns):
+                raise FixtureError(
+                    f"Recording {self._source}: step {step_id!r} has {len(turns)} recorded turn(s); "
+                    f"entry {key} (turn {turn + 1}) is missing. A replay answers only from its "
+                    "recording: record the run again"
+                )
+            entry, matched_by = FixtureEntry.parse(turns[turn], key=key), "step_id"
+        elif key_hash in self._responses:
+            key = key_hash
+            entry, matched_by = FixtureEntry.parse(self._responses[key_hash], key=key), "prompt_hash"
+        else:
+            raise FixtureError(
+                f"Recording {self._source} has no reply for step {step_id!r} (no {step_id!r} key, no "
+                f"prompt hash {key_hash[:12]}…). A replay answers only from its recording, never with "
+                "the default mock reply: record the run again"
+            )
+        missing = [c for c in entry.tool_calls if c.id not in entry.tool_results]
+        if missing and self._tools_recorded:
+            call = missing[0]
+            raise FixtureError(
+                f"Recording {self._source}: entry {key} asks for tool call {call.id!r} ({call.name}) but "
+                "holds no recorded result for it. A replay never runs a tool: record the run again "
+                "with --record-tools"
+            )
+        return entry, matched_by, key_hash
+
     def _lookup(self, request: ChatRequest) -> tuple[FixtureEntry | None, MatchedBy, str]:
+        if self.replaying:
+            return self._replay_lookup(request)
         key_hash = prompt_hash(request)
         step_id = request.step_id
         if step_id and step_id in self._responses:

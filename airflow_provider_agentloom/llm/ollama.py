@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from typing import Any
@@ -11,7 +12,15 @@ from pydantic import BaseModel
 from airflow_provider_agentloom.llm.base import StreamAccumulator, StreamDelta, StreamError
 from airflow_provider_agentloom.llm.errors import UnsupportedInputError
 from airflow_provider_agentloom.llm.http_provider import HTTPProvider
-from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, Message, TokenUsage, ToolCall
+from airflow_provider_agentloom.llm.types import (
+    ChatRequest,
+    ChatResponse,
+    Message,
+    TokenCount,
+    TokenUsage,
+    ToolCall,
+)
+from airflow_provider_agentloom.llm.wire import body_error
 
 __all__ = ["OllamaProvider"]
 
@@ -38,8 +47,8 @@ class _Body(BaseModel):
     model: str = ""
     message: _Message
     done_reason: str | None = None
-    prompt_eval_count: int | None = 0
-    eval_count: int | None = 0
+    prompt_eval_count: TokenCount | None = 0
+    eval_count: TokenCount | None = 0
 
 
 class OllamaProvider(HTTPProvider):
@@ -166,24 +175,29 @@ class _OllamaStream(StreamAccumulator):
     def feed(self, payload: Any, event: str) -> StreamDelta:
         if not isinstance(payload, dict):
             raise ValueError("stream line is not an object")
-        if payload.get("error"):
-            raise StreamError(str(payload["error"]), 500)
+        error = body_error(payload)
+        if error is not None:
+            raise StreamError(*error)
         self.model = payload.get("model") or self.model
         message = payload.get("message") or {}
         delta = StreamDelta()
         if message.get("content"):
-            self.content.append(message["content"])
+            self.content.append(self.keep(str(message["content"])))
             delta = StreamDelta(text=message["content"], progressed=True)
         if message.get("thinking"):
-            self.thinking.append(message["thinking"])
+            self.thinking.append(self.keep(str(message["thinking"])))
             delta.progressed = True
         if message.get("tool_calls"):
+            self.keep(json.dumps(message["tool_calls"]))
             self.calls.extend(message["tool_calls"])
             delta.progressed = True
         if payload.get("done"):
             self.final = payload
             self.finished = True
         return delta
+
+    def missing_end(self) -> str | None:
+        return None if self.finished else 'the line with "done": true'
 
     def body(self) -> Any:
         return {

@@ -10,16 +10,18 @@ from pydantic import BaseModel
 
 from airflow_provider_agentloom.llm.base import StreamAccumulator, StreamDelta, StreamError
 from airflow_provider_agentloom.llm.errors import UnsupportedInputError
-from airflow_provider_agentloom.llm.http_provider import HTTPProvider, json_object
+from airflow_provider_agentloom.llm.http_provider import HTTPProvider
 from airflow_provider_agentloom.llm.types import (
     AttachmentData,
     ChatRequest,
     ChatResponse,
     Message,
+    TokenCount,
     TokenUsage,
     ToolCall,
     ToolChoiceByName,
 )
+from airflow_provider_agentloom.llm.wire import body_error, json_object
 
 __all__ = ["OpenAIProvider"]
 
@@ -61,13 +63,13 @@ class _Choice(BaseModel):
 
 
 class _CompletionDetails(BaseModel):
-    reasoning_tokens: int | None = 0
+    reasoning_tokens: TokenCount | None = 0
 
 
 class _Usage(BaseModel):
-    prompt_tokens: int | None = 0
-    completion_tokens: int | None = 0
-    total_tokens: int | None = 0
+    prompt_tokens: TokenCount | None = 0
+    completion_tokens: TokenCount | None = 0
+    total_tokens: TokenCount | None = 0
     completion_tokens_details: _CompletionDetails | None = None
 
 
@@ -234,7 +236,11 @@ class OpenAIProvider(HTTPProvider):
 
 
 class _OpenAIStream(StreamAccumulator):
-    """Merges ``chat.completion.chunk`` deltas, tool-call argument fragments included, into one body."""
+    """Merges ``chat.completion.chunk`` deltas, tool-call argument fragments included, into one body.
+
+    The stream ends properly with ``data: [DONE]`` or a ``finish_reason``; it is read on after the
+    ``finish_reason`` until the usage chunk (``stream_options.include_usage``) or ``[DONE]``.
+    """
 
     def __init__(self) -> None:
         self.model = ""
@@ -247,11 +253,9 @@ class _OpenAIStream(StreamAccumulator):
     def feed(self, payload: Any, event: str) -> StreamDelta:
         if not isinstance(payload, dict):
             raise ValueError("stream event is not an object")
-        if payload.get("error"):
-            error = payload["error"]
-            message = error.get("message", "") if isinstance(error, dict) else str(error)
-            code = error.get("code") if isinstance(error, dict) else None
-            raise StreamError(message or "stream error", code if isinstance(code, int) else 500)
+        error = body_error(payload)
+        if error is not None:
+            raise StreamError(*error)
         self.model = payload.get("model") or self.model
         if payload.get("usage"):
             self.usage = payload["usage"]
@@ -259,36 +263,47 @@ class _OpenAIStream(StreamAccumulator):
         for choice in payload.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-            if text:
-                self.content.append(text)
-                delta_out.text += text
-                delta_out.progressed = True
-            thought = delta.get("reasoning_content") or delta.get("reasoning")
-            if thought:
-                self.reasoning.append(thought)
-                delta_out.progressed = True
-            for fragment in delta.get("tool_calls") or []:
-                self._merge_call(fragment)
-                delta_out.progressed = True
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+            self._choice(choice, delta_out)
+        self.finished = self.finish_reason is not None and self.usage is not None
         return delta_out
+
+    def _choice(self, choice: dict[str, Any], delta_out: StreamDelta) -> None:
+        delta = choice.get("delta") or {}
+        text = delta.get("content")
+        if text:
+            self.content.append(self.keep(text))
+            delta_out.text += text
+            delta_out.progressed = True
+        thought = delta.get("reasoning_content") or delta.get("reasoning")
+        if thought:
+            self.reasoning.append(self.keep(thought))
+            delta_out.progressed = True
+        for fragment in delta.get("tool_calls") or []:
+            self._merge_call(fragment)
+            delta_out.progressed = True
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
 
     def _merge_call(self, fragment: dict[str, Any]) -> None:
         index = fragment.get("index", len(self.calls))
-        call = self.calls.setdefault(index, {"id": "", "type": "function", "name": "", "arguments": ""})
+        call = self.calls.setdefault(index, {"id": "", "type": "function", "name": [], "arguments": []})
         if fragment.get("id"):
             call["id"] = fragment["id"]
         function = fragment.get("function") or {}
         if function.get("name"):
-            call["name"] += function["name"]
+            call["name"].append(self.keep(function["name"]))
         arguments = function.get("arguments")
         if isinstance(arguments, dict):
-            call["arguments"] = arguments
+            self.keep(json.dumps(arguments))
+            call["arguments"] = [arguments]
         elif arguments:
-            call["arguments"] += arguments
+            # Fragments are joined once at the end: repeated string concatenation is quadratic.
+            call["arguments"].append(self.keep(str(arguments)))
+
+    def missing_end(self) -> str | None:
+        if self.finished or self.finish_reason is not None:
+            return None
+        return "a finish_reason or data: [DONE]"
 
     def body(self) -> Any:
         message: dict[str, Any] = {
@@ -300,7 +315,7 @@ class _OpenAIStream(StreamAccumulator):
                 {
                     "id": c["id"],
                     "type": c["type"],
-                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                    "function": {"name": "".join(c["name"]), "arguments": _joined(c["arguments"])},
                 }
                 for _, c in sorted(self.calls.items())
             ]
@@ -309,6 +324,13 @@ class _OpenAIStream(StreamAccumulator):
             "choices": [{"message": message, "finish_reason": self.finish_reason}],
             "usage": self.usage,
         }
+
+
+def _joined(parts: list[Any]) -> str | dict[str, Any]:
+    """Return argument fragments as one string, or the one object a server sent whole."""
+    if len(parts) == 1 and isinstance(parts[0], dict):
+        return parts[0]
+    return "".join(str(p) for p in parts)
 
 
 def _dumps(arguments: dict[str, Any]) -> str:

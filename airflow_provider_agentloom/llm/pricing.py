@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -50,11 +51,13 @@ class PricingTable:
             if not isinstance(entry, dict):
                 raise ValueError(f"{source}: {name}: expected a mapping with 'input' and 'output'")
             try:
-                prices[str(name)] = ModelPrice(
-                    float(entry.get("input", 0.0)), float(entry.get("output", 0.0))
-                )
+                price = ModelPrice(float(entry.get("input", 0.0)), float(entry.get("output", 0.0)))
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{source}: {name}: prices must be numbers ({exc})") from None
+            if not all(math.isfinite(p) and p >= 0 for p in (price.input, price.output)):
+                # A negative price would make a call's cost negative and get around budget_usd.
+                raise ValueError(f"{source}: {name}: prices must be finite and not negative")
+            prices[str(name)] = price
         return cls(prices)
 
     @classmethod

@@ -14,7 +14,14 @@ from typing import Any
 
 from airflow_provider_agentloom.llm.base import LLMProvider, OnChunk
 from airflow_provider_agentloom.llm.errors import FixtureError
-from airflow_provider_agentloom.llm.fixtures import FIXTURE_VERSION, FixtureEntry, prompt_hash
+from airflow_provider_agentloom.llm.fixtures import (
+    FIXTURE_VERSION,
+    RECORD_TOOLS_KEY,
+    VERSION_KEY,
+    FixtureEntry,
+    check_version,
+    prompt_hash,
+)
 from airflow_provider_agentloom.llm.telemetry import telemetry
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord
 
@@ -35,6 +42,7 @@ class _RecordingFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.record_tools = False
         self._lock = threading.Lock()
         self._recorded: dict[str, Any] = {}
         self._by_call_id: dict[str, dict[str, Any]] = {}
@@ -82,6 +90,7 @@ class _RecordingFile:
             raise FixtureError(f"Recording file {str(self.path)!r} exists but is not valid JSON") from None
         if not isinstance(data, dict):
             raise FixtureError(f"Recording file {str(self.path)!r} must hold a JSON object")
+        check_version(data, repr(str(self.path)))
         return data
 
     def _flush(self) -> None:
@@ -89,7 +98,9 @@ class _RecordingFile:
         with _file_lock(self.path):
             merged = self._read()
             merged.update(self._recorded)
-            merged["_version"] = FIXTURE_VERSION
+            merged[VERSION_KEY] = FIXTURE_VERSION
+            # Sticky: once a file holds tool results, a replay of it never runs a tool live.
+            merged[RECORD_TOOLS_KEY] = merged.get(RECORD_TOOLS_KEY) is True or self.record_tools
             fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -131,8 +142,9 @@ class RecordingProvider(LLMProvider):
     """Delegate to ``wrapped`` and record each reply into ``output_path`` in the mock's fixture format.
 
     Each reply is written under its prompt hash and, when the request has a ``step_id``, appended
-    to that step's list of turns; the file gets ``_version: 2``, is merged with what it already
-    holds and is rewritten atomically after every call. Every ``RecordingProvider`` of a process
+    to that step's list of turns; the file gets ``_version: 2`` and ``_record_tools`` (whether it
+    holds tool results; once true it stays true), is merged with what it already holds and is
+    rewritten atomically after every call. Every ``RecordingProvider`` of a process
     that names the same file shares one writer, so wrapping all providers of a gateway is safe.
 
     With ``record_tools`` the tool loop's results are stored too (``record_tool_call``, called
@@ -151,6 +163,7 @@ class RecordingProvider(LLMProvider):
         self.output_path = Path(output_path)
         self.record_tools = record_tools
         self._file = _recording_file(output_path)
+        self._file.record_tools = self._file.record_tools or record_tools
 
     def __repr__(self) -> str:
         return f"RecordingProvider({self.wrapped!r}, output_path={str(self.output_path)!r})"

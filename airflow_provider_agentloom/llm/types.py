@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from airflow_provider_agentloom.workflow.models import ThinkingConfig, ToolChoiceByName
 
 __all__ = [
+    "MAX_TOKENS_PER_REPLY",
     "AttachmentData",
     "ChatRequest",
     "ChatResponse",
     "Message",
     "RecordedToolResult",
     "Role",
+    "TokenCount",
     "ThinkingConfig",
     "TokenUsage",
     "ToolCall",
@@ -27,6 +29,18 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+MAX_TOKENS_PER_REPLY = 100_000_000
+"""The most tokens one count of one reply may claim: ten times the largest context window any model
+advertises (10M). A count past it is a malformed reply, not a bill."""
+
+TokenCount = Annotated[int, Field(strict=True, ge=0, le=MAX_TOKENS_PER_REPLY)]
+"""One token count as a vendor reports it: a JSON integer from 0 to ``MAX_TOKENS_PER_REPLY``.
+
+Every vendor's wire model declares its counts with this type, so a negative, fractional, string
+or absurd count is refused the same way for every vendor (``ProviderResponseError``), before it
+can turn into a negative or bogus cost.
+"""
 ToolChoiceValue = Literal["auto", "required", "none"] | ToolChoiceByName
 
 
@@ -142,6 +156,8 @@ class ChatRequest(_Model):
     effective flag); whether a call streams is decided by calling ``stream()`` or ``complete()``.
     ``extra`` is merged into the vendor request body; a key named after a vendor (``openai``,
     ``anthropic``, ``google``, ``ollama``) holds a mapping merged only into that vendor's body.
+    ``request_timeout`` (never sent either) is the step's deadline for the whole call, streamed or
+    not; None leaves the provider's own (``HTTPProvider.request_timeout``).
     """
 
     messages: list[Message]
@@ -154,6 +170,7 @@ class ChatRequest(_Model):
     stream: bool = False
     step_id: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+    request_timeout: float | None = Field(default=None, gt=0)
 
     @property
     def thinking_enabled(self) -> bool:
@@ -175,13 +192,14 @@ class TokenUsage(_Model):
 
     ``completion_tokens`` never includes ``reasoning_tokens``: a vendor that reports reasoning inside
     its completion count (OpenAI) has it subtracted, so ``prompt + completion + reasoning == total``
-    and the cost formula never bills reasoning twice.
+    and the cost formula never bills reasoning twice. No count is ever negative (a sum of calls may
+    pass ``MAX_TOKENS_PER_REPLY``; one vendor count may not, see ``TokenCount``).
     """
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-    total_tokens: int = 0
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+    reasoning_tokens: int = Field(default=0, ge=0)
+    total_tokens: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _fill_total(self) -> TokenUsage:
@@ -217,7 +235,7 @@ class ChatResponse(_Model):
     content: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: TokenUsage = Field(default_factory=TokenUsage)
-    cost_usd: float = 0.0
+    cost_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     model: str = ""
     provider: str = ""
     finish_reason: str = "stop"

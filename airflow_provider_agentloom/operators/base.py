@@ -109,20 +109,16 @@ class AgentLoomStepOperator(BaseOperator):
     def check_budget(self, context: Context) -> None:
         """Refuse to start when the run's finished steps already spent ``config.budget_usd``.
 
-        As upstream, the check runs before every step of any type, from the cost recorded by the
-        steps that finished; steps running at the same time can together overshoot the limit.
+        As upstream, the check runs before every step of any type, from the cost the run's other
+        steps recorded (``operators.budget.recorded_spend``); model steps check it again before each
+        model call (``operators.budget``).
         """
+        from airflow_provider_agentloom.operators.budget import recorded_spend
+
         limit = self.run_context.workflow.config.budget_usd
         if limit is None:
             return
-        graph = self.run_context.graph
-        others = [self.run_context.task_id(sid) for sid in graph.steps if sid != self.step.id]
-        metas = context["ti"].xcom_pull(task_ids=others, key=META_KEY) if others else []
-        spent = sum(
-            float(meta.get("cost_usd") or 0.0)
-            for meta in metas or []
-            if isinstance(meta, dict) and meta.get("status") == StepStatus.SUCCESS
-        )
+        spent = recorded_spend(context["ti"], self.run_context, exclude=self.step.id)
         if spent >= limit:
             raise BudgetExceededError(spent, limit)
 

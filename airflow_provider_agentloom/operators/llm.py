@@ -5,7 +5,10 @@ the sandbox, build the gateway (connections, env vars, mock, recording), call th
 the model↔tool loop when there are tools — and return the text with tokens and cost.
 
 Retries do not pay twice: every model reply is kept in Airflow 3.3's task state store, and a
-later attempt of the same task reuses the replies already received, in order.
+later attempt of the same task reuses the replies already received, in order. With
+``config.budget_usd`` every model call first checks the run's budget (``operators.budget``).
+The tool loop's fan-out limits are the provider options ``[agentloom] max_parallel_tool_calls``
+and ``max_tool_calls_per_reply`` (defaults in ``llm.loop``).
 """
 
 from __future__ import annotations
@@ -19,8 +22,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
-from airflow_provider_agentloom.exceptions import StepError
+from airflow_provider_agentloom.exceptions import BudgetExceededError, StepError
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome
+from airflow_provider_agentloom.operators.budget import (
+    SPEND_KEY,
+    BudgetGuard,
+    recorded_spend,
+    stop_for_budget,
+)
 from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
 from airflow_provider_agentloom.workflow.results import TokenUsage
 from airflow_provider_agentloom.workflow.templates import render_template
@@ -44,8 +53,10 @@ class _ModelCall:
     state: dict[str, Any]
     base_dir: Path
     gateway: Any
+    client: Any
     default_model: str | None
     registry: ToolRegistry | None
+    tool_limits: tuple[int, int] = (1, 1)
 
 
 class ModelStepOperator(AgentLoomStepOperator):
@@ -58,17 +69,42 @@ class ModelStepOperator(AgentLoomStepOperator):
         assert isinstance(step, (LLMCallStep, AgentStep))
         if not step.prompt:
             raise StepError(f"{step.type} step {step.id!r} has no prompt")
+        started = time.monotonic()
         prompt = render_template(step.prompt, state, self.warn_missing)
         system = render_template(step.system_prompt, state, self.warn_missing) if step.system_prompt else None
         base_dir = self.run_context.resolve_working_dir(context["run_id"])
-        # Connections are read here, outside the event loop: in a task each lookup is a
-        # request to the task supervisor.
+        # Connections and options are read here, outside the event loop: in a task each lookup is
+        # a request to the task supervisor.
         gateway, default_model = self.run_context.gateway(base_dir)
         registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
-        call = _ModelCall(prompt, system, state, base_dir, gateway, default_model, registry)
-        return anyio.run(self._call_model, call, context.get("task_state_store"))
+        client: Any = _ReplyCache(gateway, context.get("task_state_store"), self.log)
+        guard = self._budget_guard(client, context)
+        call = _ModelCall(
+            prompt, system, state, base_dir, gateway, guard or client, default_model, registry, _tool_limits()
+        )
+        try:
+            return anyio.run(self._call_model, call)
+        except BudgetExceededError as exc:
+            if guard is None:
+                raise
+            stop_for_budget(self, context, exc, guard, started)
 
-    async def _call_model(self, call: _ModelCall, store: Any) -> StepOutcome:
+    def _budget_guard(self, client: Any, context: Context) -> BudgetGuard | None:
+        """With ``config.budget_usd``, a client that checks the run's budget before every model call."""
+        limit = self.run_context.workflow.config.budget_usd
+        if limit is None:
+            return None
+        ti = context["ti"]
+
+        def spent_elsewhere() -> float:
+            return recorded_spend(ti, self.run_context, exclude=self.step.id)
+
+        def publish(cost: float) -> None:
+            ti.xcom_push(key=SPEND_KEY, value=cost)
+
+        return BudgetGuard(client, limit=limit, spent_elsewhere=spent_elsewhere, publish=publish)
+
+    async def _call_model(self, call: _ModelCall) -> StepOutcome:
         from airflow_provider_agentloom.llm.types import ChatRequest, Message
 
         step = self.step
@@ -87,15 +123,16 @@ class ModelStepOperator(AgentLoomStepOperator):
             thinking=step.thinking,
             stream=self.streams(),
             step_id=step.id,
+            request_timeout=step.request_timeout,
         )
-        client = _ReplyCache(gateway, store, self.log)
+        client = call.client
         # A streamed request sends its chunks somewhere (the tool loop streams only then).
         sink = _ChunkSink(self.run_context.llm.chunk_fd) if request.stream else None
         on_chunk = sink.write if sink is not None else None
         started = time.monotonic()
         try:
             if registry is not None:
-                outcome = await self._loop(client, request, registry, on_chunk)
+                outcome = await self._loop(client, request, registry, on_chunk, call.tool_limits)
             else:
                 response = await (
                     client.stream(request, on_chunk) if request.stream else client.complete(request)
@@ -120,7 +157,12 @@ class ModelStepOperator(AgentLoomStepOperator):
         return outcome
 
     async def _loop(
-        self, client: Any, request: ChatRequest, registry: ToolRegistry, on_chunk: OnChunk | None
+        self,
+        client: Any,
+        request: ChatRequest,
+        registry: ToolRegistry,
+        on_chunk: OnChunk | None,
+        tool_limits: tuple[int, int],
     ) -> StepOutcome:
         from airflow_provider_agentloom.llm.loop import run_tool_loop
         from airflow_provider_agentloom.tools.invoke import invoke_tool
@@ -128,8 +170,16 @@ class ModelStepOperator(AgentLoomStepOperator):
         async def execute(name: str, arguments: dict[str, Any]) -> Any:
             return await invoke_tool(registry, name, arguments)
 
+        parallel, per_reply = tool_limits
         result = await run_tool_loop(
-            client, request, execute, self.max_rounds(), on_tool_call=self._log_tool_call, on_chunk=on_chunk
+            client,
+            request,
+            execute,
+            self.max_rounds(),
+            on_tool_call=self._log_tool_call,
+            on_chunk=on_chunk,
+            max_parallel_tool_calls=parallel,
+            max_tool_calls_per_reply=per_reply,
         )
         outcome = _outcome(result.response, result.usage, result.cost_usd, result.tool_calls)
         outcome.extra["finish_reason"] = result.finish_reason
@@ -137,12 +187,14 @@ class ModelStepOperator(AgentLoomStepOperator):
         return outcome
 
     def _log_tool_call(self, record: ToolCallRecord) -> None:
+        from airflow_provider_agentloom.llm.errors import clip
+
         verdict = f"error: {record.error}" if record.error else "ok"
         replayed = " (replayed)" if record.replayed else ""
         self.log.info(
             "Tool call %s(%s) -> %s%s, %.0f ms",
-            record.name,
-            ", ".join(sorted(record.arguments)),
+            clip(record.name, 100),
+            clip(", ".join(sorted(record.arguments)), 200),
             verdict,
             replayed,
             record.duration_ms or 0.0,
@@ -227,6 +279,20 @@ class AgentOperator(ModelStepOperator):
     def max_rounds(self) -> int:
         assert isinstance(self.step, AgentStep)
         return self.step.max_iterations
+
+
+def _tool_limits() -> tuple[int, int]:
+    """Return the tool loop's fan-out limits: the ``[agentloom]`` options, else ``llm.loop``'s defaults."""
+    from airflow_provider_agentloom.hooks._options import option_setting
+    from airflow_provider_agentloom.llm.loop import (
+        DEFAULT_MAX_PARALLEL_TOOL_CALLS,
+        DEFAULT_MAX_TOOL_CALLS_PER_REPLY,
+    )
+
+    return (
+        option_setting("max_parallel_tool_calls", int) or DEFAULT_MAX_PARALLEL_TOOL_CALLS,
+        option_setting("max_tool_calls_per_reply", int) or DEFAULT_MAX_TOOL_CALLS_PER_REPLY,
+    )
 
 
 def _outcome(

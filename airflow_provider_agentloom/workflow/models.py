@@ -155,6 +155,7 @@ class LLMCallStep(_StepBase):
     tool_choice: ToolChoice = "auto"
     max_tool_iterations: int = Field(default=5, ge=1)
     stream: bool | None = None
+    request_timeout: float | None = Field(default=None, gt=0)  # ours: deadline of each model call
 
 
 class AgentStep(_StepBase):
@@ -171,6 +172,7 @@ class AgentStep(_StepBase):
     max_iterations: int = Field(default=5, ge=1)
     thinking: ThinkingConfig | None = None
     stream: bool | None = None
+    request_timeout: float | None = Field(default=None, gt=0)  # ours: deadline of each model call
 
 
 class ToolStep(_StepBase):

@@ -383,7 +383,7 @@ def test_mock_mode_has_only_a_mock(
 ) -> None:
     _no_lookups(monkeypatch)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    (tmp_path / "fixture.json").write_text("{}")
+    (tmp_path / "fixture.json").write_text(json.dumps({"ask": {"content": "from the fixture"}}))
     cfg = _config(**config)
     gateway, model = build_gateway(cfg, base_dir=tmp_path, conn_id=cfg.airflow.llm_conn_id, **kwargs)
     (provider,) = gateway.providers

@@ -7,7 +7,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,7 +27,12 @@ class SeenRequest:
 
 @dataclass
 class Reply:
-    """What the server answers: a JSON body, or ``chunks`` streamed with chunked encoding."""
+    """What the server answers: a JSON body, ``chunks`` streamed with chunked encoding, or ``raw``.
+
+    ``raw`` makes the bytes as they are sent (a generator: a body too large to hold, or sent a byte
+    at a time); they go chunked, or as they are with ``raw_length`` as the Content-Length. A
+    client that hangs up ends the generator.
+    """
 
     status: int = 200
     json: Any = None
@@ -36,6 +41,8 @@ class Reply:
     chunk_delay: float = 0.0
     first_chunk_delay: float = 0.0
     content_type: str = "application/json"
+    raw: Callable[[], Iterable[bytes]] | None = None
+    raw_length: int | None = None
 
 
 Handler = Callable[[SeenRequest], Reply]
@@ -138,10 +145,36 @@ class LoopbackServer:
                 with owner._lock:
                     owner.requests.append(seen)
                 reply = owner.handler(seen)
-                if reply.chunks is None:
+                if reply.raw is not None:
+                    self._send_raw(reply, reply.raw)
+                elif reply.chunks is None:
                     self._send_json(reply)
                 else:
                     self._send_chunks(reply)
+
+            def _send_raw(self, reply: Reply, produce: Callable[[], Iterable[bytes]]) -> None:
+                self.send_response(reply.status)
+                self.send_header("content-type", reply.content_type)
+                if reply.raw_length is None:
+                    self.send_header("transfer-encoding", "chunked")
+                else:
+                    self.send_header("content-length", str(reply.raw_length))
+                for key, value in reply.headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                try:
+                    for data in produce():
+                        if not data:
+                            continue  # an empty chunk would end a chunked body
+                        if reply.raw_length is None:
+                            data = f"{len(data):x}\r\n".encode() + data + b"\r\n"
+                        self.wfile.write(data)
+                        self.wfile.flush()
+                    if reply.raw_length is None:
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.wfile.flush()
+                except OSError:  # the client hung up (a cap, a deadline): what these tests want
+                    self.close_connection = True
 
             def _send_json(self, reply: Reply) -> None:
                 payload = json.dumps(reply.json).encode() if reply.json is not None else b""

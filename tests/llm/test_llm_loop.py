@@ -64,23 +64,33 @@ async def test_calls_of_one_reply_run_concurrently() -> None:
 
 
 async def test_results_are_json_unless_strings_and_errors_go_back() -> None:
+    """A tool's error goes back to the model; so does a call to a tool the request never declared."""
     mock = MockProvider(
         responses={
-            "s": [{"tool_calls": [call("1", "a"), call("2", "b"), call("3", "nope")]}, {"content": "end"}]
+            "s": [
+                {"tool_calls": [call("1", "a"), call("2", "b"), call("3", "nope"), call("4", "a")]},
+                {"content": "end"},
+            ]
         }
     )
+    ran: list[str] = []
 
     async def execute(name: str, arguments: dict[str, Any]) -> Any:
-        if name == "a":
-            return {"n": 1, "text": "é"}
-        if name == "b":
-            return "plain"
-        raise ToolNotFoundError(f"Tool {name!r} is not registered")
+        ran.append(name)
+        if ran.count("a") == 2:
+            raise ToolNotFoundError(f"Tool {name!r} is not registered")
+        return {"n": 1, "text": "é"} if name == "a" else "plain"
 
-    result = await run_tool_loop(mock, loop_request(), execute, 2)
+    result = await run_tool_loop(mock, loop_request(), execute, 2, max_parallel_tool_calls=1)
     contents = [m.content for m in result.messages if m.role == "tool"]
-    assert contents == ['{"n": 1, "text": "é"}', "plain", "Error: Tool 'nope' is not registered"]
-    assert [m.is_error for m in result.messages if m.role == "tool"] == [False, False, True]
+    assert contents == [
+        '{"n": 1, "text": "é"}',
+        "plain",
+        "Error: tool 'nope' is not available in this step (available: a, b)",
+        "Error: Tool 'a' is not registered",
+    ]
+    assert sorted(ran) == ["a", "a", "b"]  # "nope" never reached execute
+    assert [m.is_error for m in result.messages if m.role == "tool"] == [False, False, True, True]
     assert result.finish_reason == "stop"
 
 
@@ -201,7 +211,8 @@ async def test_registry_executor_runs_tools_through_the_loop(registry: ToolRegis
     mock = MockProvider(
         responses={"s": [{"tool_calls": [call("1", "geocode", address="1 Main St")]}, {"content": "found"}]}
     )
-    result = await run_tool_loop(mock, loop_request(), registry_executor(registry), 1)
+    declared = loop_request().model_copy(update={"tools": [ToolSpec(name="geocode")]})
+    result = await run_tool_loop(mock, declared, registry_executor(registry), 1)
     assert result.tool_calls[0].result == {"lat": 1.0, "lon": 2.0, "address": "1 Main St"}
     with pytest.raises(ToolNotFoundError):
         await registry_executor(registry)("nope", {})

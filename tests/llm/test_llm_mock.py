@@ -35,10 +35,10 @@ def write(path: Path, data: dict[str, Any]) -> Path:
 
 
 async def test_step_id_turns_play_in_order_and_stay_on_the_last(tmp_path: Path) -> None:
+    """A hand-written fixture (no ``_version``: not a recording) keeps upstream's per-step cursor."""
     fixture = write(
         tmp_path / "f.json",
         {
-            "_version": 2,
             "ask": [
                 {"content": "one"},
                 {"content": "two", "usage": {"prompt_tokens": 3, "completion_tokens": 4}},

@@ -124,3 +124,19 @@ def test_llm_package_does_not_import_airflow() -> None:
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.anyio
+async def test_capped_lines_split_any_line_break_across_chunks_and_cap_one_line() -> None:
+    from airflow_provider_agentloom.llm.errors import ReplyTooLargeError
+    from airflow_provider_agentloom.llm.limits import capped_lines
+
+    async def body(*chunks: bytes) -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    pieces = (b"data: a\r", b"\n\r", b"\ndata: \xc3", b"\xa9\rlast", b" line")
+    lines = [line async for line in capped_lines(body(*pieces), 100, "v")]
+    assert lines == ["data: a", "", "data: é", "last line"]
+    with pytest.raises(ReplyTooLargeError, match="one stream line"):
+        _ = [line async for line in capped_lines(body(b"x" * 60, b"y" * 60, b"\n"), 100, "v")]
