@@ -10,9 +10,9 @@ from pathlib import Path
 from airflow_provider_agentloom.exceptions import SandboxViolationError
 from airflow_provider_agentloom.tools._combine import combine_sandboxes
 from airflow_provider_agentloom.tools._commands import (
-    INTERPRETERS_AND_LAUNCHERS,
     find_expansion,
     find_operator,
+    launcher_name,
     path_candidates,
     split_words,
 )
@@ -220,8 +220,8 @@ class ToolSandbox:
                 raise _violation(
                     "shell_command", f"{word!r} is not the {name!r} found on PATH ({found or 'none found'})"
                 )
-        # Rule 5: interpreters and launchers need danger_opt_in, one by one.
-        if name.lower() in INTERPRETERS_AND_LAUNCHERS and name not in self._danger_opt_in:
+        # Rule 5: interpreters and launchers need danger_opt_in, one by one (our list is longer).
+        if launcher_name(name) is not None and name not in self._danger_opt_in:
             raise _violation(
                 "shell_command",
                 f"{name!r} is an interpreter or launcher that can run anything: "
