@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
+from airflow_provider_agentloom.tools import _safe_open
 from airflow_provider_agentloom.tools._combine import combine_sandboxes
 from airflow_provider_agentloom.tools._commands import (
     find_expansion,
@@ -28,7 +29,7 @@ from airflow_provider_agentloom.tools._network import (
     split_url,
     system_resolver,
 )
-from airflow_provider_agentloom.tools._paths import domain_entry, is_under_any, resolve_path
+from airflow_provider_agentloom.tools._paths import domain_entry, is_under, is_under_any, resolve_path
 from airflow_provider_agentloom.workflow.models import SandboxConfig
 
 __all__ = [
@@ -131,7 +132,12 @@ class ToolSandbox:
         text = self._path_text(path, tool_name)
         if not self.enabled:
             return Path(os.path.abspath(os.path.join(self.base_dir, text)))
-        resolved = resolve_path(self.base_dir, text)
+        try:
+            resolved = resolve_path(self.base_dir, text)
+        except OSError as exc:  # a link replaced while realpath read it
+            raise _violation(
+                tool_name, f"path {text!r} changed while it was resolved ({exc.strerror})"
+            ) from None
         if not (self.readable_dirs or self.writable_dirs):
             raise _violation(
                 tool_name, "no allowed_paths, readable_paths or writable_paths are set: no file access"
@@ -151,6 +157,57 @@ class ToolSandbox:
         limit = self.config.max_write_bytes
         if self.enabled and limit is not None and size > limit:
             raise _violation(tool_name, f"writing {size} bytes exceeds max_write_bytes ({limit})")
+
+    def read_bytes(self, path: StrPath, tool_name: str = "file_read") -> tuple[Path, bytes]:
+        """Check ``path`` for reading, then read it with no window for a link swapped in meanwhile.
+
+        Returns the resolved path and the file's bytes. Disabled, it is a plain read.
+        """
+        resolved = self.validate_path(path, writable=False, tool_name=tool_name)
+        if not self.enabled:
+            return resolved, resolved.read_bytes()
+        root = self._root_of(str(resolved), self.readable_dirs)
+        try:
+            return resolved, _safe_open.read_beneath(root, self._below(resolved, root), display=str(resolved))
+        except _safe_open.PathEscapeError as exc:
+            raise self._escaped(tool_name, path, "readable", exc) from None
+
+    def write_bytes(self, path: StrPath, data: bytes, tool_name: str = "file_write") -> tuple[Path, int]:
+        """Check ``path`` and ``max_write_bytes``, then replace the file beneath its writable directory.
+
+        Missing parent directories are created. Returns the resolved path and the bytes written.
+        Disabled, it is a plain write (parents created, the file truncated in place).
+        """
+        resolved = self.validate_path(path, writable=True, tool_name=tool_name)
+        self.validate_write_size(len(data), tool_name=tool_name)
+        if not self.enabled:
+            resolved.parent.mkdir(parents=True, exist_ok=True)
+            resolved.write_bytes(data)
+            return resolved, len(data)
+        root = self._root_of(str(resolved), self.writable_dirs)
+        try:
+            written = _safe_open.replace_beneath(
+                root, self._below(resolved, root), data, display=str(resolved)
+            )
+        except _safe_open.PathEscapeError as exc:
+            raise self._escaped(tool_name, path, "writable", exc) from None
+        return resolved, written
+
+    @staticmethod
+    def _root_of(resolved: str, roots: tuple[str, ...]) -> str:
+        """The deepest listed directory holding ``resolved`` (validate_path found at least one)."""
+        return max((root for root in roots if is_under(resolved, root)), key=len)
+
+    @staticmethod
+    def _below(resolved: Path, root: str) -> str:
+        return os.path.relpath(resolved, root)
+
+    @staticmethod
+    def _escaped(tool: str, path: StrPath, kind: str, exc: Exception) -> SandboxViolationError:
+        return _violation(
+            tool,
+            f"path {os.fspath(path)!r} changed while it was opened and left the {kind} directories ({exc})",
+        )
 
     @staticmethod
     def _path_text(path: object, tool_name: str) -> str:
