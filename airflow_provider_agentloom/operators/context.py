@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
 from airflow_provider_agentloom.workflow.graph import StepGraph
@@ -101,11 +102,17 @@ class WorkflowRunContext:
         if self.tool_registry is not None:
             return self.tool_registry
         if self.require_registry:
-            from airflow_provider_agentloom.exceptions import StepError
-
             raise StepError("this run has no tool registry: pass tool_registry= to WorkflowEngine")
+        from airflow_provider_agentloom import settings
+
+        try:
+            kernel_sandbox = settings.kernel_sandbox()
+        except ValueError as exc:
+            raise StepError(str(exc), retryable=False) from None
         registry = ToolRegistry()
-        sandbox = ToolSandbox(**self.workflow.config.sandbox.model_dump(), base_dir=base_dir)
+        sandbox = ToolSandbox(
+            **self.workflow.config.sandbox.model_dump(), base_dir=base_dir, kernel_sandbox=kernel_sandbox
+        )
         register_builtins(registry, sandbox=sandbox, base_dir=base_dir)
         custom = list(discover_entry_point_tools()) if self.discover_tools else []
         custom.extend(self.tools)

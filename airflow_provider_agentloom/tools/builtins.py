@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from airflow_provider_agentloom.tools._kernel import KernelPlan, check_report, plan_for
 from airflow_provider_agentloom.tools._process import run_shell
 from airflow_provider_agentloom.tools.base import BaseTool, JSONSchema
 from airflow_provider_agentloom.tools.registry import ToolRegistry
@@ -140,10 +141,19 @@ class ShellCommandTool(_BuiltinTool):
         seconds = _seconds(self.name, args.get("timeout", DEFAULT_TIMEOUT))
         cwd = os.path.join(self.base_dir, _string(self.name, "cwd", args.get("cwd", ".")))
         env: dict[str, str] | None = None
+        plan: KernelPlan | None = None
         if self.sandbox is not None and self.sandbox.enabled:
             self.sandbox.validate_command(command, cwd=cwd)
             env = {k: os.environ[k] for k in SANDBOX_ENVIRONMENT if k in os.environ}
-        result = await run_shell(command, cwd=cwd, env=env, timeout=seconds)
+            plan = plan_for(self.sandbox, env)
+        kernel = (
+            None
+            if plan is None
+            else {"landlock": plan.landlock, "netns": plan.netns, "required": plan.required}
+        )
+        result = await run_shell(command, cwd=cwd, env=env, timeout=seconds, kernel=kernel)
+        if plan is not None:
+            check_report(plan, result.report)
         stdout = result.stdout.decode("utf-8", errors="replace")
         if result.timed_out:
             return {"returncode": -1, "stdout": stdout, "stderr": "Command timed out"}

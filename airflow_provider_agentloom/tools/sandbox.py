@@ -17,6 +17,12 @@ from airflow_provider_agentloom.tools._commands import (
     path_candidates,
     split_words,
 )
+from airflow_provider_agentloom.tools._kernel import (
+    KernelSandboxError,
+    KernelSandboxMode,
+    mode_from_environment,
+    parse_mode,
+)
 from airflow_provider_agentloom.tools._network import (
     WEB_SCHEMES,
     HostError,
@@ -33,6 +39,8 @@ from airflow_provider_agentloom.tools._paths import domain_entry, is_under, is_u
 from airflow_provider_agentloom.workflow.models import SandboxConfig
 
 __all__ = [
+    "KernelSandboxError",
+    "KernelSandboxMode",
     "NetworkTarget",
     "Resolver",
     "SandboxViolationError",
@@ -59,6 +67,10 @@ class ToolSandbox:
         (``..`` and symbolic links) at that moment.
     :param resolver: turns a host name into IP addresses; defaults to the system resolver. Tests pass
         their own so that no real DNS is used.
+    :param kernel_sandbox: the kernel layer of ``shell_command`` (Landlock and a network namespace)
+        under an enabled sandbox: ``auto`` where the kernel allows, ``required`` or ``off``.
+        Defaults to ``AGENTLOOM_KERNEL_SANDBOX``, else ``auto``; Airflow tasks pass the provider
+        option ``[agentloom] kernel_sandbox``.
     """
 
     def __init__(
@@ -78,7 +90,13 @@ class ToolSandbox:
         deny_internal_hosts: bool = False,
         base_dir: StrPath | None = None,
         resolver: Resolver | None = None,
+        kernel_sandbox: KernelSandboxMode | None = None,
     ) -> None:
+        self.kernel_sandbox: KernelSandboxMode = (
+            parse_mode(kernel_sandbox, "kernel_sandbox")
+            if kernel_sandbox is not None
+            else mode_from_environment() or "auto"
+        )
         self.config = SandboxConfig(
             enabled=enabled,
             allowed_commands=list(allowed_commands),
@@ -107,10 +125,15 @@ class ToolSandbox:
 
     @classmethod
     def from_config(
-        cls, config: SandboxConfig, *, base_dir: StrPath | None = None, resolver: Resolver | None = None
+        cls,
+        config: SandboxConfig,
+        *,
+        base_dir: StrPath | None = None,
+        resolver: Resolver | None = None,
+        kernel_sandbox: KernelSandboxMode | None = None,
     ) -> ToolSandbox:
         """Build the sandbox of a workflow's ``config.sandbox`` block."""
-        return cls(**config.model_dump(), base_dir=base_dir, resolver=resolver)
+        return cls(**config.model_dump(), base_dir=base_dir, resolver=resolver, kernel_sandbox=kernel_sandbox)
 
     @property
     def enabled(self) -> bool:
