@@ -29,6 +29,12 @@ def safe_id(name: str) -> str:
     return _UNSAFE_ID.sub("_", name)[:250] or "_"
 
 
+def path_segment(name: str) -> str:
+    """Make ``name`` one safe path segment: ``safe_id``, and never ``.`` or ``..`` (dots become ``_``)."""
+    segment = safe_id(name)
+    return "_" * len(segment) if segment in (".", "..") else segment
+
+
 @dataclass(frozen=True)
 class LLMOptions:
     """Run-wide overrides of how LLM steps reach models (the CLI's flags; Airflow runs use none).
@@ -87,10 +93,26 @@ class WorkflowRunContext:
         return self.task_ids.get(step_id) or safe_id(step_id)
 
     def resolve_working_dir(self, run_id: str) -> Path:
-        """Return (and create) the directory built-in tools run from for this run."""
-        template = self.working_dir or self.workflow.config.airflow.working_dir or _configured_working_dir()
-        folder = Path(template.replace("{dag_id}", self.dag_id).replace("{run_id}", safe_id(run_id)))
-        folder = folder.expanduser().resolve()
+        """Return (and create) the directory built-in tools run from for this run.
+
+        ``{dag_id}`` and ``{run_id}`` each become one safe path segment (never ``.`` or ``..``), and
+        the result must stay under the template's base (the directory before the first ``{``).
+        """
+        from airflow_provider_agentloom import settings
+
+        template = self.working_dir or self.workflow.config.airflow.working_dir or settings.working_dir()
+        template = template or DEFAULT_WORKING_DIR
+        filled = template.replace("{dag_id}", path_segment(self.dag_id)).replace(
+            "{run_id}", path_segment(run_id)
+        )
+        folder = Path(filled).expanduser().resolve()
+        base = Path(os.path.dirname(template.split("{", 1)[0]) if "{" in template else template)
+        base = base.expanduser().resolve()
+        if folder != base and base not in folder.parents:
+            raise StepError(
+                f"the working directory {str(folder)!r} (from {template!r}) is not under {str(base)!r}",
+                retryable=False,
+            )
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -149,13 +171,3 @@ class WorkflowRunContext:
         if "model" in config.model_fields_set or not connection_model:
             return config.model
         return connection_model
-
-
-def _configured_working_dir() -> str:
-    try:
-        from airflow.configuration import conf
-
-        value = conf.get("agentloom", "working_dir", fallback=None)
-    except Exception:  # Airflow config unavailable (e.g. plain Python use): use the default
-        value = None
-    return str(value) if value else DEFAULT_WORKING_DIR
