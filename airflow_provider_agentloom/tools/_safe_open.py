@@ -26,7 +26,8 @@ from airflow_provider_agentloom.tools import _linux
 from airflow_provider_agentloom.tools._paths import is_under
 
 _BENEATH = _linux.RESOLVE_BENEATH | _linux.RESOLVE_NO_MAGICLINKS
-_DIRECTORY = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+# O_PATH (Linux) opens a directory without needing its read permission; elsewhere, O_RDONLY.
+_DIRECTORY = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 _MAX_LINKS = 40  # as the kernel's own limit
 _RETRIES = 8  # openat2 answers EAGAIN when a rename raced a ".." lookup
 
