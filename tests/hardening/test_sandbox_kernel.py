@@ -9,10 +9,12 @@ are the ones an Airflow task builds (``WorkflowRunContext.build_registry``, whic
 from __future__ import annotations
 
 import logging
+import marshal
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,13 +22,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_support import PYTHON_BIN, RunTree, make_tree, python_command
+from sandbox_support import (
+    PYTHON_BIN,
+    RunTree,
+    kill_leftovers,
+    make_tree,
+    new_marker,
+    python_command,
+    wait_for_processes,
+)
 
 from airflow_provider_agentloom import settings
 from airflow_provider_agentloom.dag_factory import build_dag
 from airflow_provider_agentloom.get_provider_info import get_provider_info
 from airflow_provider_agentloom.tools import ToolRegistry, _kernel
-from airflow_provider_agentloom.tools._process import run_shell
+from airflow_provider_agentloom.tools._process import REAPER, _read_status, run_shell
 from airflow_provider_agentloom.tools.invoke import invoke_tool
 from airflow_provider_agentloom.tools.sandbox import KernelSandboxError, ToolSandbox
 from airflow_provider_agentloom.workflow.parser import parse_workflow_text
@@ -395,3 +405,81 @@ def test_an_airflow_task_runs_its_commands_under_the_kernel_layer(tree: RunTree)
     assert "Permission denied" in leak["stderr"], leak
     assert peek["returncode"] != 0
     assert "written earlier" not in peek["stdout"], peek
+
+
+# --------------------------------------------------------------------- as an unprivileged worker
+
+SETPRIV, SYSTEM_PYTHON = shutil.which("setpriv"), "/usr/bin/python3"
+
+
+@pytest.fixture
+def open_tree() -> Iterator[Path]:
+    """A tree that user ``nobody`` may enter (pytest's own temporary folders are root's only)."""
+    base = Path(tempfile.mkdtemp(prefix="agentloom-unprivileged-"))
+    try:
+        for name in ("data", "out", "secret"):
+            (base / name).mkdir()
+        (base / "data" / "notes.txt").write_text("hello notes\n", encoding="utf-8")
+        (base / "secret" / "key.txt").write_text("SECRET-CONTENT\n", encoding="utf-8")
+        for path in (base, *base.rglob("*")):
+            path.chmod(0o777 if path.is_dir() else 0o644)
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_as_nobody(base: Path, command: str) -> tuple[int, str, dict[str, Any]]:
+    """Run the reaper itself as user ``nobody`` (system Python), as a non-root worker would."""
+    sandbox = ToolSandbox(
+        enabled=True, readable_paths=["data"], writable_paths=["out"], allow_network=False, base_dir=base
+    )
+    env = {"PATH": "/usr/bin:/bin"}
+    plan = _kernel.plan_for(sandbox, env)
+    assert plan is not None
+    status_read, status_write = os.pipe()
+    spec = {
+        "command": command, "env": env, "parent": os.getpid(), "status_fd": status_write, "cgroup": True,
+        "landlock": plan.landlock, "netns": plan.netns, "required": False,
+    }  # fmt: skip
+    try:
+        done = subprocess.run(
+            [str(SETPRIV), "--reuid=65534", "--regid=65534", "--clear-groups", SYSTEM_PYTHON, "-I", "-S", REAPER],
+            input=marshal.dumps(spec), capture_output=True, pass_fds=(status_write,), cwd=base, timeout=30, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(status_write)
+    report = _read_status(status_read)
+    return done.returncode, done.stdout.decode(), report
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to user nobody needs root")
+@pytest.mark.skipif(
+    SETPRIV is None or not os.path.exists(SYSTEM_PYTHON), reason="needs setpriv and /usr/bin/python3"
+)
+def test_a_non_root_worker_gets_landlock_a_user_namespace_and_the_subreaper(open_tree: Path) -> None:
+    marker = new_marker()
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    receiver.settimeout(0.5)
+    send = (
+        'python3 -c "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)'
+        f".sendto(b'x', ('127.0.0.1', {receiver.getsockname()[1]}))\""
+    )
+    try:
+        code, stdout, report = run_as_nobody(
+            open_tree, f"id -u; cat data/notes.txt; cat secret/key.txt; {send}; setsid -f sleep {marker}"
+        )
+        try:
+            received = receiver.recv(8)
+        except TimeoutError:
+            received = b""
+    finally:
+        receiver.close()
+        kill_leftovers(marker)
+    assert code == 0, report
+    assert report["kernel"] == {"netns": "userns+netns", "landlock": "applied"}, report
+    assert report["cgroup"].startswith("none: cannot create"), report  # not root: the subreaper alone
+    assert stdout.splitlines()[:2] == ["65534", "hello notes"]
+    assert "SECRET" not in stdout
+    assert received == b""  # no datagram left the network namespace
+    assert wait_for_processes(marker, present=False) == []
