@@ -290,6 +290,24 @@ async def test_required_reports_what_it_applied(
     assert result.returncode == 0
 
 
+async def test_nothing_under_the_lists_can_be_executed(tree: RunTree) -> None:
+    # A program copied into allowed_paths (or made there by a model) cannot run; PATH's can.
+    shutil.copy("/bin/true", tree.work / "copied-true")
+    (tree.work / "script.sh").write_text("#!/bin/sh\necho ran\n", encoding="utf-8")
+    for name in ("copied-true", "script.sh"):
+        (tree.work / name).chmod(0o755)
+    env = {"PATH": os.environ["PATH"]}
+    plan = _kernel.plan_for(tree.sandbox(kernel_sandbox="required"), env)
+    assert plan is not None
+    kernel = {"landlock": plan.landlock, "netns": plan.netns, "required": True}
+    result = await run_shell(
+        "./copied-true; echo $?; ./script.sh; true", cwd=str(tree.work), env=env, timeout=20, kernel=kernel
+    )
+    assert result.stdout == b"126\n", result
+    assert result.stderr.count(b"Permission denied") == 2, result
+    assert result.returncode == 0  # /usr/bin/true ran
+
+
 def test_a_refusal_in_the_command_process_is_a_kernel_sandbox_error(tree: RunTree) -> None:
     plan = _kernel.KernelPlan(required=True, landlock=None, netns=True)
     report = {"kernel": {"netns": "error: [Errno 1] unshare: Operation not permitted"}, "refused": ["netns"]}
