@@ -302,9 +302,9 @@ def kill_descendants(cgroup: str | None) -> int:
     killed: set[int] = set()
     for _ in range(_MAX_KILL_ROUNDS):
         _reap(-1)
-        pids = descendants(os.getpid())
-        if not pids and not _has_children():
+        if not _has_children():  # every orphan is re-parented to us: no child, no descendant
             break
+        pids = descendants(os.getpid())
         # Stop them all first, so none forks between the listing and its SIGKILL.
         for pid in pids:
             send_signal(pid, signal.SIGSTOP)
