@@ -137,6 +137,8 @@ FLIPPER = textwrap.dedent(
             os.symlink(target, link + ".new")
             os.rename(link + ".new", link)
         flips += 1
+        if flips == 2:
+            open(sys.argv[2] + ".flipping", "w").close()
     """
 )
 
@@ -154,6 +156,11 @@ def flipping(tree: RunTree) -> Iterator[RunTree]:
     links = ",".join(str(root / "link") for root in (tree.data, tree.out))
     process = subprocess.Popen([sys.executable, "-c", FLIPPER, links, *pairs])
     try:
+        started = Path(pairs[0] + ".flipping")
+        deadline = time.monotonic() + 30  # a loaded machine may take long to start Python
+        while not started.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.01)
+        assert started.exists(), "the flipper never started flipping"
         yield tree
     finally:
         Path(pairs[0] + ".stop").touch()

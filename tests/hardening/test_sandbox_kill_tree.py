@@ -29,7 +29,7 @@ from sandbox_support import (
     wait_for_processes,
 )
 
-from airflow_provider_agentloom.tools._process import run_shell
+from airflow_provider_agentloom.tools._process import CommandResult, run_shell
 from airflow_provider_agentloom.tools._reaper import cgroup_dir_for
 from airflow_provider_agentloom.tools.invoke import invoke_tool
 
@@ -140,22 +140,31 @@ async def test_a_killed_reaper_leaves_nothing_where_it_had_a_cgroup(tmp_path: Pa
     probe = await run_shell("true", cwd=str(tmp_path), env=None, timeout=30)
     if probe.report["cgroup"].startswith("none"):
         pytest.skip(f"no writable cgroup v2 here ({probe.report['cgroup']})")
-    result: dict[str, object] = {}
+    result: dict[str, CommandResult] = {}
 
     async def run() -> None:
         result["value"] = await run_shell(
-            f"setsid -f sleep {marker}; sleep {marker}", cwd=str(tmp_path), env=None, timeout=30
+            f"setsid -f sleep {marker}; sleep {marker}", cwd=str(tmp_path), env=None, timeout=120
         )
 
-    started = time.monotonic()
     async with anyio.create_task_group() as group:
         group.start_soon(run)
-        await anyio.to_thread.run_sync(lambda: wait_for_processes(marker, present=True))
+        await anyio.to_thread.run_sync(lambda: wait_for_count(marker, 2))  # the orphan and the main sleep
         reaper = reaper_of(processes_with(marker)[0])
         os.kill(reaper, signal.SIGKILL)  # the reaper cannot clean up: the task process must
-    assert time.monotonic() - started < 10  # not the 30 s timeout: the orphan holding the pipe died
+        killed = time.monotonic()
+    assert time.monotonic() - killed < 20  # not the 120 s timeout: the orphan holding the pipe died
+    assert result["value"].returncode == -signal.SIGKILL
+    assert not result["value"].timed_out
     assert wait_for_processes(marker, present=False) == []
     assert not os.path.exists(str(cgroup_dir_for(reaper)))
+
+
+def wait_for_count(marker: str, count: int, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while len(processes_with(marker)) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} processes with the marker"
+        time.sleep(0.02)
 
 
 def reaper_of(pid: int) -> int:
@@ -173,7 +182,7 @@ def reaper_of(pid: int) -> int:
 TASK_PROCESS = textwrap.dedent(
     """
     import anyio, sys
-    from airflow_provider_agentloom.tools._process import run_shell
+    from airflow_provider_agentloom.tools._process import CommandResult, run_shell
     command = "setsid -f sleep {marker}; sh -c '(sleep {marker} &)'; sleep {marker}"
     anyio.run(lambda: run_shell(command, cwd=sys.argv[1], env=None, timeout=600))
     """
@@ -184,10 +193,7 @@ def test_killing_the_task_process_kills_its_commands(tmp_path: Path, marker: str
     # The runner kills task processes with SIGKILL on Ctrl-C: their commands must not outlive them.
     task = subprocess.Popen([sys.executable, "-c", TASK_PROCESS.format(marker=marker), str(tmp_path)])
     try:
-        assert len(wait_for_processes(marker, present=True)) >= 1
-        deadline = time.monotonic() + 5
-        while len(processes_with(marker)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for_count(marker, 3)  # the setsid'd sleep, the double-forked one, the main one
         task.kill()
         task.wait(timeout=10)
         assert wait_for_processes(marker, present=False) == []
