@@ -34,6 +34,7 @@ from sandbox_support import (
 
 from airflow_provider_agentloom import settings
 from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.get_provider_info import get_provider_info
 from airflow_provider_agentloom.tools import ToolRegistry, _kernel
 from airflow_provider_agentloom.tools._process import REAPER, _read_status, run_shell
@@ -369,6 +370,16 @@ def test_a_bad_value_is_refused_naming_where_it_was_set(
     monkeypatch.setenv(variable, "strict")
     with pytest.raises(ValueError, match=f"{named}: expected one of auto, required, off; got 'strict'"):
         settings.kernel_sandbox()
+
+
+def test_a_bad_option_fails_the_task_at_once_naming_it(
+    tree: RunTree, task_tools: Callable[..., ToolRegistry]
+) -> None:
+    with pytest.raises(
+        StepError, match=r"\[agentloom\] kernel_sandbox: expected one of auto, required, off"
+    ) as info:
+        task_tools("sometimes")
+    assert info.value.retryable is False
 
 
 def test_a_bad_keyword_is_refused() -> None:
