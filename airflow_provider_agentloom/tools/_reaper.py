@@ -239,6 +239,8 @@ def _child(
                     handle.write(str(os.getpid()))
             except OSError as exc:
                 status.write(cgroup_join=f"error: {exc}")
+        # A process group of its own: `kill 0` in the command must not reach the reaper.
+        os.setpgid(0, 0)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
@@ -295,13 +297,18 @@ def _has_children() -> bool:
     return True
 
 
-def kill_descendants(cgroup: str | None) -> int:
-    """Kill and reap every process below this one; return how many were still running."""
+def kill_descendants(cgroup: str | None, main_pid: int = -1) -> tuple[int, int | None]:
+    """Kill and reap every process below this one.
+
+    Returns how many were still running, and the main process's exit code if it was reaped here.
+    """
     if cgroup is not None:
         kill_cgroup(cgroup)
     killed: set[int] = set()
+    main_status: int | None = None
     for _ in range(_MAX_KILL_ROUNDS):
-        _reap(-1)
+        reaped = _reap(main_pid)
+        main_status = reaped if reaped is not None else main_status
         if not _has_children():  # every orphan is re-parented to us: no child, no descendant
             break
         pids = descendants(os.getpid())
@@ -312,7 +319,7 @@ def kill_descendants(cgroup: str | None) -> int:
             send_signal(pid, signal.SIGKILL)
         killed.update(pids)
         signal.sigtimedwait({signal.SIGCHLD}, 0.05)
-    return len(killed)
+    return len(killed), None if main_status is None else os.waitstatus_to_exitcode(main_status)
 
 
 def main() -> int:
@@ -351,16 +358,17 @@ def main() -> int:
     if ruleset is not None:
         os.close(ruleset)
     returncode, stopped = _supervise(pid)
-    leftovers = _finish(cgroup)
+    leftovers, killed_main = _finish(cgroup, pid)
+    returncode = killed_main if returncode is None else returncode
     status.write(returncode=returncode, stopped=stopped, leftovers=leftovers)
     return 0
 
 
-def _finish(cgroup: str | None) -> int:
-    leftovers = kill_descendants(cgroup)
+def _finish(cgroup: str | None, main_pid: int = -1) -> tuple[int, int | None]:
+    result = kill_descendants(cgroup, main_pid)
     if cgroup is not None:
         remove_cgroup(cgroup)
-    return leftovers
+    return result
 
 
 if __name__ == "__main__":

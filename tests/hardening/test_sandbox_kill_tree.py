@@ -200,3 +200,20 @@ def test_killing_the_task_process_kills_its_commands(tmp_path: Path, marker: str
     finally:
         task.kill()
         task.wait(timeout=10)
+
+
+async def test_a_command_signalling_its_own_group_does_not_stop_its_reaper(
+    tmp_path: Path, marker: str
+) -> None:
+    # `kill 0` reaches the command's process group, not the reaper: the command dies of SIGTERM
+    # (as it did before the reaper) and what it started is still cleaned up.
+    result = await run_shell(
+        f"setsid -f sleep {marker}; echo before; kill -TERM 0; echo after",
+        cwd=str(tmp_path),
+        env=None,
+        timeout=30,
+    )
+    assert result.returncode == -signal.SIGTERM
+    assert result.stdout == b"before\n"
+    assert result.report["stopped"] is False
+    assert wait_for_processes(marker, present=False) == []
