@@ -133,6 +133,18 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "16",
                         "default": "32",
                     },
+                    "kernel_sandbox": {
+                        "description": "The kernel layer under an enabled sandbox: shell_command runs "
+                        "under a Landlock ruleset built from the sandbox's path lists, and in a network "
+                        "namespace of its own with allow_network: false. auto: where the kernel allows "
+                        "it (logged once per process where it does not); required: a step whose "
+                        "command cannot get it fails (not retried); off: the string checks only. "
+                        "AGENTLOOM_KERNEL_SANDBOX overrides it.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "required",
+                        "default": "auto",
+                    },
                 },
             }
         },

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
 from airflow_provider_agentloom.workflow.graph import StepGraph
@@ -26,6 +27,12 @@ DEFAULT_WORKING_DIR = os.path.join(tempfile.gettempdir(), "agentloom", "{dag_id}
 def safe_id(name: str) -> str:
     """Make ``name`` a valid Airflow id: letters, digits, ``_``, ``-`` and ``.`` (others become ``_``)."""
     return _UNSAFE_ID.sub("_", name)[:250] or "_"
+
+
+def path_segment(name: str) -> str:
+    """Make ``name`` one safe path segment: ``safe_id``, and never ``.`` or ``..`` (dots become ``_``)."""
+    segment = safe_id(name)
+    return "_" * len(segment) if segment in (".", "..") else segment
 
 
 @dataclass(frozen=True)
@@ -86,10 +93,26 @@ class WorkflowRunContext:
         return self.task_ids.get(step_id) or safe_id(step_id)
 
     def resolve_working_dir(self, run_id: str) -> Path:
-        """Return (and create) the directory built-in tools run from for this run."""
-        template = self.working_dir or self.workflow.config.airflow.working_dir or _configured_working_dir()
-        folder = Path(template.replace("{dag_id}", self.dag_id).replace("{run_id}", safe_id(run_id)))
-        folder = folder.expanduser().resolve()
+        """Return (and create) the directory built-in tools run from for this run.
+
+        ``{dag_id}`` and ``{run_id}`` each become one safe path segment (never ``.`` or ``..``), and
+        the result must stay under the template's base (the directory before the first ``{``).
+        """
+        from airflow_provider_agentloom import settings
+
+        template = self.working_dir or self.workflow.config.airflow.working_dir or settings.working_dir()
+        template = template or DEFAULT_WORKING_DIR
+        filled = template.replace("{dag_id}", path_segment(self.dag_id)).replace(
+            "{run_id}", path_segment(run_id)
+        )
+        folder = Path(filled).expanduser().resolve()
+        base = Path(os.path.dirname(template.split("{", 1)[0]) if "{" in template else template)
+        base = base.expanduser().resolve()
+        if folder != base and base not in folder.parents:
+            raise StepError(
+                f"the working directory {str(folder)!r} (from {template!r}) is not under {str(base)!r}",
+                retryable=False,
+            )
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -101,11 +124,17 @@ class WorkflowRunContext:
         if self.tool_registry is not None:
             return self.tool_registry
         if self.require_registry:
-            from airflow_provider_agentloom.exceptions import StepError
-
             raise StepError("this run has no tool registry: pass tool_registry= to WorkflowEngine")
+        from airflow_provider_agentloom import settings
+
+        try:
+            kernel_sandbox = settings.kernel_sandbox()
+        except ValueError as exc:
+            raise StepError(str(exc), retryable=False) from None
         registry = ToolRegistry()
-        sandbox = ToolSandbox(**self.workflow.config.sandbox.model_dump(), base_dir=base_dir)
+        sandbox = ToolSandbox(
+            **self.workflow.config.sandbox.model_dump(), base_dir=base_dir, kernel_sandbox=kernel_sandbox
+        )
         register_builtins(registry, sandbox=sandbox, base_dir=base_dir)
         custom = list(discover_entry_point_tools()) if self.discover_tools else []
         custom.extend(self.tools)
@@ -142,13 +171,3 @@ class WorkflowRunContext:
         if "model" in config.model_fields_set or not connection_model:
             return config.model
         return connection_model
-
-
-def _configured_working_dir() -> str:
-    try:
-        from airflow.configuration import conf
-
-        value = conf.get("agentloom", "working_dir", fallback=None)
-    except Exception:  # Airflow config unavailable (e.g. plain Python use): use the default
-        value = None
-    return str(value) if value else DEFAULT_WORKING_DIR

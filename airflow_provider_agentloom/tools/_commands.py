@@ -36,6 +36,42 @@ INTERPRETERS_AND_LAUNCHERS = frozenset(
     }
 )
 
+#: Stricter than the page: more programs that run another program, or act as another user or
+#: in another namespace (issue 7). They need ``danger_opt_in`` like the page's list.
+MORE_LAUNCHERS = frozenset(
+    {
+        # run the program in their arguments
+        "timeout", "nice", "nohup", "setsid", "stdbuf", "chrt", "taskset", "ionice", "flock", "time",
+        "watch", "script", "command", "builtin", "parallel",
+        # as another user, root or namespace
+        "sudo", "su", "doas", "pkexec", "runuser", "setpriv", "capsh", "chroot", "unshare", "nsenter",
+        # run or inspect any program
+        "busybox", "strace", "ltrace", "gdb",
+        # variants of the page's shells and interpreters
+        "ash", "mksh", "csh", "tcsh", "rbash", "gawk", "mawk", "nawk", "pypy", "pypy3",
+    }
+)  # fmt: skip
+_LAUNCHERS = INTERPRETERS_AND_LAUNCHERS | MORE_LAUNCHERS
+# "python3.11", "perl5.36", "php8.2", "node20", "lua5.4": a listed name, then digits and dots.
+_VERSIONED = re.compile(r"^(?P<base>[a-z]+?)[0-9][0-9.]*$")
+# The dynamic loader runs any program it is given: "ld-linux-x86-64.so.2 /bin/sh".
+_LOADER = re.compile(r"^ld(-linux[\w.-]*|\.so[\w.-]*|-musl[\w.-]*)$")
+
+
+def launcher_name(name: str) -> str | None:
+    """Return the listed interpreter or launcher that program ``name`` is (any case), or None.
+
+    A versioned name (``python3.11``) is its interpreter; so is the dynamic loader.
+    """
+    lowered = name.lower()
+    if lowered in _LAUNCHERS:
+        return lowered
+    versioned = _VERSIONED.match(lowered)
+    if versioned is not None and versioned.group("base") in _LAUNCHERS:
+        return versioned.group("base")
+    return lowered if _LOADER.match(lowered) else None
+
+
 # Rule 2: two-character operators first, so "$(" is named rather than "$".
 _OPERATORS = ("$(", "<(", ">(", "|", ";", "&", "`", "<", ">", "\n", "\r")
 _OPERATOR_NAMES = {"\n": "a line break", "\r": "a line break", "`": "a backtick"}

@@ -1,35 +1,177 @@
-"""Run ``sh -c`` in its own session and kill it with every process it started."""
+"""Run ``sh -c`` under a reaper process and leave no process behind, whatever the command started.
+
+On Linux each command runs below ``tools/_reaper.py`` (a ``python -I -S`` process of its own): a
+child subreaper that applies the kernel layer, kills every descendant when the command's main
+process exits, and dies with the task process. Elsewhere the command runs in a session of its own
+and its process group and ``/proc`` descendants are killed, as before.
+"""
 
 from __future__ import annotations
 
+import io
+import marshal
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import anyio.abc
 
+from airflow_provider_agentloom.tools._reaper import (
+    cgroup_dir_for,
+    descendants,
+    kill_cgroup,
+    remove_cgroup,
+    send_signal,
+)
+
+REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
+#: How long a reaper told to stop may take to kill the command's processes before it is killed.
+STOP_GRACE_SECONDS = 5.0
+
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What a finished (or killed) command left: exit code and output as bytes."""
+    """What a finished (or killed) command left: exit code, output as bytes, what the reaper said."""
 
     returncode: int
     stdout: bytes
     stderr: bytes
     timed_out: bool
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def reaper_supported() -> bool:
+    """Return True where commands run under the reaper (Linux, with a Python to start it with)."""
+    return sys.platform == "linux" and bool(sys.executable)
 
 
 async def run_shell(
-    command: str, *, cwd: str, env: Mapping[str, str] | None, timeout: float
+    command: str,
+    *,
+    cwd: str,
+    env: Mapping[str, str] | None,
+    timeout: float,
+    kernel: Mapping[str, Any] | None = None,
 ) -> CommandResult:
     """Run ``sh -c command``; past ``timeout`` kill it and everything it started.
 
-    The command runs in a new session (so in its own process group). When it is cancelled or times
-    out, its descendants found in ``/proc`` and its whole process group get ``SIGKILL``.
+    :param kernel: the reaper's kernel-layer fields (``landlock``, ``netns``, ``required``); None
+        runs the command without one.
     """
+    if not reaper_supported():
+        return await _run_direct(command, cwd=cwd, env=env, timeout=timeout)
+    environment = dict(env) if env is not None else dict(os.environ)
+    spec: dict[str, Any] = {"command": command, "env": environment, "parent": os.getpid(), "cgroup": True}
+    spec.update({"landlock": None, "netns": False, "required": False, **(kernel or {})})
+    status_read, status_write = os.pipe()
+    try:
+        process = await anyio.open_process(
+            [sys.executable, "-I", "-S", REAPER],
+            cwd=cwd,
+            env=environment,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=(status_write,),
+        )
+    except BaseException:
+        os.close(status_read)
+        raise
+    finally:
+        os.close(status_write)
+    spec["status_fd"] = status_write
+    try:
+        stdout, stderr, finished = await _communicate(process, marshal.dumps(spec), timeout)
+    finally:
+        report = _read_status(status_read)
+    if not finished:
+        return CommandResult(-1, bytes(stdout), bytes(stderr), timed_out=True, report=report)
+    if "error" in report:
+        raise OSError(f"sh could not be started: {report['error']}")
+    returncode = report.get("returncode")
+    if not isinstance(returncode, int):  # the reaper itself failed
+        returncode = process.returncode if process.returncode is not None else -1
+    return CommandResult(returncode, bytes(stdout), bytes(stderr), timed_out=False, report=report)
+
+
+async def _communicate(
+    process: anyio.abc.Process, spec: bytes, timeout: float
+) -> tuple[bytearray, bytearray, bool]:
+    stdout, stderr = bytearray(), bytearray()
+    finished = False
+    try:
+        with anyio.move_on_after(timeout):
+            assert process.stdin is not None
+            await process.stdin.send(spec)
+            await process.stdin.aclose()
+            async with anyio.create_task_group() as group:
+                group.start_soon(_drain, process.stdout, stdout)
+                group.start_soon(_drain, process.stderr, stderr)
+                await process.wait()
+                _clean_up_after(process)  # so a process left holding the pipes cannot keep us waiting
+            finished = True
+    finally:
+        with anyio.CancelScope(shield=True):
+            if not finished:
+                await _stop(process)
+            await process.wait()
+            _clean_up_after(process)
+            await process.aclose()
+    return stdout, stderr, finished
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    """Tell the reaper to kill the command's processes; kill them ourselves if it does not answer."""
+    send_signal(process.pid, signal.SIGTERM)
+    with anyio.move_on_after(STOP_GRACE_SECONDS):
+        await process.wait()
+        return
+    kill_process_tree(process.pid)
+
+
+def _clean_up_after(process: anyio.abc.Process) -> None:
+    """Kill the reaper's cgroup if the reaper died without doing it (it exits 0 once it has)."""
+    if process.returncode == 0:
+        return
+    cgroup = cgroup_dir_for(process.pid)
+    if cgroup is not None and os.path.isdir(cgroup):
+        kill_cgroup(cgroup)
+        remove_cgroup(cgroup)
+
+
+def _read_status(fd: int) -> dict[str, Any]:
+    """Merge the reaper's status dicts (every writer is gone once it has exited)."""
+    chunks = []
+    try:
+        os.set_blocking(fd, False)
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
+    stream = io.BytesIO(b"".join(chunks))
+    report: dict[str, Any] = {}
+    while stream.tell() < len(stream.getbuffer()):
+        try:
+            item = marshal.load(stream)
+        except (EOFError, ValueError, TypeError):
+            break
+        if isinstance(item, dict):
+            report.update(item)
+    return report
+
+
+async def _run_direct(
+    command: str, *, cwd: str, env: Mapping[str, str] | None, timeout: float
+) -> CommandResult:
+    """Run ``sh -c`` in its own session without a reaper (not Linux): kill its tree on timeout."""
     process = await anyio.open_process(
         ["sh", "-c", command],
         cwd=cwd,
@@ -54,10 +196,8 @@ async def run_shell(
         with anyio.CancelScope(shield=True):
             await process.wait()
             await process.aclose()
-    if not finished:
-        return CommandResult(returncode=-1, stdout=bytes(stdout), stderr=bytes(stderr), timed_out=True)
-    returncode = process.returncode if process.returncode is not None else -1
-    return CommandResult(returncode=returncode, stdout=bytes(stdout), stderr=bytes(stderr), timed_out=False)
+    returncode = process.returncode if finished and process.returncode is not None else -1
+    return CommandResult(returncode, bytes(stdout), bytes(stderr), timed_out=not finished)
 
 
 async def _drain(stream: anyio.abc.ByteReceiveStream | None, sink: bytearray) -> None:
@@ -73,55 +213,17 @@ async def _drain(stream: anyio.abc.ByteReceiveStream | None, sink: bytearray) ->
 def kill_process_tree(pid: int) -> None:
     """Send ``SIGKILL`` to ``pid``, its process group and every descendant still running.
 
-    The group is stopped first so nothing forks while the descendants are listed; descendants that
-    left the group (``setsid``) are found through their parent links in ``/proc``.
+    The group and the descendants are stopped first so nothing forks while they are listed;
+    descendants that left the group (``setsid``) are found through their parent links in ``/proc``.
     """
     _signal_group(pid, signal.SIGSTOP)
-    for child in descendants(pid):
-        _signal(child, signal.SIGKILL)
+    found = descendants(pid)
+    for child in found:
+        send_signal(child, signal.SIGSTOP)
+    for child in found:
+        send_signal(child, signal.SIGKILL)
     _signal_group(pid, signal.SIGKILL)
-    _signal(pid, signal.SIGKILL)
-
-
-def descendants(pid: int) -> list[int]:
-    """Return the processes below ``pid`` (children, grandchildren, …) from ``/proc``; [] elsewhere."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        parent = _parent_of(entry)
-        if parent is not None:
-            children.setdefault(parent, []).append(int(entry))
-    found: list[int] = []
-    pending = [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            if child not in found:
-                found.append(child)
-                pending.append(child)
-    return found
-
-
-def _parent_of(entry: str) -> int | None:
-    try:
-        with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    # "pid (comm) state ppid …": comm may hold spaces and parentheses, so split after the last ")".
-    fields = stat.rpartition(")")[2].split()
-    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+    send_signal(pid, signal.SIGKILL)
 
 
 def _signal_group(pid: int, signum: int) -> None:

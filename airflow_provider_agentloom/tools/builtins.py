@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from airflow_provider_agentloom.tools._kernel import KernelPlan, check_report, plan_for
 from airflow_provider_agentloom.tools._process import run_shell
 from airflow_provider_agentloom.tools.base import BaseTool, JSONSchema
 from airflow_provider_agentloom.tools.registry import ToolRegistry
@@ -140,10 +141,19 @@ class ShellCommandTool(_BuiltinTool):
         seconds = _seconds(self.name, args.get("timeout", DEFAULT_TIMEOUT))
         cwd = os.path.join(self.base_dir, _string(self.name, "cwd", args.get("cwd", ".")))
         env: dict[str, str] | None = None
+        plan: KernelPlan | None = None
         if self.sandbox is not None and self.sandbox.enabled:
             self.sandbox.validate_command(command, cwd=cwd)
             env = {k: os.environ[k] for k in SANDBOX_ENVIRONMENT if k in os.environ}
-        result = await run_shell(command, cwd=cwd, env=env, timeout=seconds)
+            plan = plan_for(self.sandbox, env)
+        kernel = (
+            None
+            if plan is None
+            else {"landlock": plan.landlock, "netns": plan.netns, "required": plan.required}
+        )
+        result = await run_shell(command, cwd=cwd, env=env, timeout=seconds, kernel=kernel)
+        if plan is not None:
+            check_report(plan, result.report)
         stdout = result.stdout.decode("utf-8", errors="replace")
         if result.timed_out:
             return {"returncode": -1, "stdout": stdout, "stderr": "Command timed out"}
@@ -167,13 +177,18 @@ class FileReadTool(_BuiltinTool):
 
     async def execute(self, **kwargs: Any) -> Any:
         args = _arguments(self.name, kwargs, self.parameters_schema)
-        path = self._path(_string(self.name, "path", args["path"]), writable=False)
+        path_text = _string(self.name, "path", args["path"])
         encoding = _string(self.name, "encoding", args.get("encoding", "utf-8"))
-        return await anyio.to_thread.run_sync(_read_text, path, encoding)
+        if self.sandbox is not None and self.sandbox.enabled:
+            sandbox = self.sandbox
+            path, data = await anyio.to_thread.run_sync(lambda: sandbox.read_bytes(path_text, self.name))
+        else:
+            path = self._path(path_text, writable=False)
+            data = await anyio.to_thread.run_sync(path.read_bytes)
+        return _decode_text(path, data, encoding)
 
 
-def _read_text(path: Path, encoding: str) -> str:
-    data = path.read_bytes()
+def _decode_text(path: Path, data: bytes, encoding: str) -> str:
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -205,9 +220,13 @@ class FileWriteTool(_BuiltinTool):
         content = _string(self.name, "content", args["content"])
         encoding = _string(self.name, "encoding", args.get("encoding", "utf-8"))
         data = content.encode(encoding)
-        path = self._path(path_text, writable=True)
         if self.sandbox is not None:
-            self.sandbox.validate_write_size(len(data), tool_name=self.name)
+            sandbox = self.sandbox
+            path, written = await anyio.to_thread.run_sync(
+                lambda: sandbox.write_bytes(path_text, data, self.name)
+            )
+            return {"written": written, "path": str(path)}
+        path = self._path(path_text, writable=True)
         await anyio.to_thread.run_sync(_write_bytes, path, data)
         return {"written": len(data), "path": str(path)}
 

@@ -8,13 +8,20 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
+from airflow_provider_agentloom.tools import _safe_open
 from airflow_provider_agentloom.tools._combine import combine_sandboxes
 from airflow_provider_agentloom.tools._commands import (
-    INTERPRETERS_AND_LAUNCHERS,
     find_expansion,
     find_operator,
+    launcher_name,
     path_candidates,
     split_words,
+)
+from airflow_provider_agentloom.tools._kernel import (
+    KernelSandboxError,
+    KernelSandboxMode,
+    mode_from_environment,
+    parse_mode,
 )
 from airflow_provider_agentloom.tools._network import (
     WEB_SCHEMES,
@@ -28,10 +35,12 @@ from airflow_provider_agentloom.tools._network import (
     split_url,
     system_resolver,
 )
-from airflow_provider_agentloom.tools._paths import domain_entry, is_under_any, resolve_path
+from airflow_provider_agentloom.tools._paths import domain_entry, is_under, is_under_any, resolve_path
 from airflow_provider_agentloom.workflow.models import SandboxConfig
 
 __all__ = [
+    "KernelSandboxError",
+    "KernelSandboxMode",
     "NetworkTarget",
     "Resolver",
     "SandboxViolationError",
@@ -58,6 +67,10 @@ class ToolSandbox:
         (``..`` and symbolic links) at that moment.
     :param resolver: turns a host name into IP addresses; defaults to the system resolver. Tests pass
         their own so that no real DNS is used.
+    :param kernel_sandbox: the kernel layer of ``shell_command`` (Landlock and a network namespace)
+        under an enabled sandbox: ``auto`` where the kernel allows, ``required`` or ``off``.
+        Defaults to ``AGENTLOOM_KERNEL_SANDBOX``, else ``auto``; Airflow tasks pass the provider
+        option ``[agentloom] kernel_sandbox``.
     """
 
     def __init__(
@@ -77,7 +90,13 @@ class ToolSandbox:
         deny_internal_hosts: bool = False,
         base_dir: StrPath | None = None,
         resolver: Resolver | None = None,
+        kernel_sandbox: KernelSandboxMode | None = None,
     ) -> None:
+        self.kernel_sandbox: KernelSandboxMode = (
+            parse_mode(kernel_sandbox, "kernel_sandbox")
+            if kernel_sandbox is not None
+            else mode_from_environment() or "auto"
+        )
         self.config = SandboxConfig(
             enabled=enabled,
             allowed_commands=list(allowed_commands),
@@ -106,10 +125,15 @@ class ToolSandbox:
 
     @classmethod
     def from_config(
-        cls, config: SandboxConfig, *, base_dir: StrPath | None = None, resolver: Resolver | None = None
+        cls,
+        config: SandboxConfig,
+        *,
+        base_dir: StrPath | None = None,
+        resolver: Resolver | None = None,
+        kernel_sandbox: KernelSandboxMode | None = None,
     ) -> ToolSandbox:
         """Build the sandbox of a workflow's ``config.sandbox`` block."""
-        return cls(**config.model_dump(), base_dir=base_dir, resolver=resolver)
+        return cls(**config.model_dump(), base_dir=base_dir, resolver=resolver, kernel_sandbox=kernel_sandbox)
 
     @property
     def enabled(self) -> bool:
@@ -131,7 +155,12 @@ class ToolSandbox:
         text = self._path_text(path, tool_name)
         if not self.enabled:
             return Path(os.path.abspath(os.path.join(self.base_dir, text)))
-        resolved = resolve_path(self.base_dir, text)
+        try:
+            resolved = resolve_path(self.base_dir, text)
+        except OSError as exc:  # a link replaced while realpath read it
+            raise _violation(
+                tool_name, f"path {text!r} changed while it was resolved ({exc.strerror})"
+            ) from None
         if not (self.readable_dirs or self.writable_dirs):
             raise _violation(
                 tool_name, "no allowed_paths, readable_paths or writable_paths are set: no file access"
@@ -151,6 +180,57 @@ class ToolSandbox:
         limit = self.config.max_write_bytes
         if self.enabled and limit is not None and size > limit:
             raise _violation(tool_name, f"writing {size} bytes exceeds max_write_bytes ({limit})")
+
+    def read_bytes(self, path: StrPath, tool_name: str = "file_read") -> tuple[Path, bytes]:
+        """Check ``path`` for reading, then read it with no window for a link swapped in meanwhile.
+
+        Returns the resolved path and the file's bytes. Disabled, it is a plain read.
+        """
+        resolved = self.validate_path(path, writable=False, tool_name=tool_name)
+        if not self.enabled:
+            return resolved, resolved.read_bytes()
+        root = self._root_of(str(resolved), self.readable_dirs)
+        try:
+            return resolved, _safe_open.read_beneath(root, self._below(resolved, root), display=str(resolved))
+        except _safe_open.PathEscapeError as exc:
+            raise self._escaped(tool_name, path, "readable", exc) from None
+
+    def write_bytes(self, path: StrPath, data: bytes, tool_name: str = "file_write") -> tuple[Path, int]:
+        """Check ``path`` and ``max_write_bytes``, then replace the file beneath its writable directory.
+
+        Missing parent directories are created. Returns the resolved path and the bytes written.
+        Disabled, it is a plain write (parents created, the file truncated in place).
+        """
+        resolved = self.validate_path(path, writable=True, tool_name=tool_name)
+        self.validate_write_size(len(data), tool_name=tool_name)
+        if not self.enabled:
+            resolved.parent.mkdir(parents=True, exist_ok=True)
+            resolved.write_bytes(data)
+            return resolved, len(data)
+        root = self._root_of(str(resolved), self.writable_dirs)
+        try:
+            written = _safe_open.replace_beneath(
+                root, self._below(resolved, root), data, display=str(resolved)
+            )
+        except _safe_open.PathEscapeError as exc:
+            raise self._escaped(tool_name, path, "writable", exc) from None
+        return resolved, written
+
+    @staticmethod
+    def _root_of(resolved: str, roots: tuple[str, ...]) -> str:
+        """The deepest listed directory holding ``resolved`` (validate_path found at least one)."""
+        return max((root for root in roots if is_under(resolved, root)), key=len)
+
+    @staticmethod
+    def _below(resolved: Path, root: str) -> str:
+        return os.path.relpath(resolved, root)
+
+    @staticmethod
+    def _escaped(tool: str, path: StrPath, kind: str, exc: Exception) -> SandboxViolationError:
+        return _violation(
+            tool,
+            f"path {os.fspath(path)!r} changed while it was opened and left the {kind} directories ({exc})",
+        )
 
     @staticmethod
     def _path_text(path: object, tool_name: str) -> str:
@@ -220,8 +300,8 @@ class ToolSandbox:
                 raise _violation(
                     "shell_command", f"{word!r} is not the {name!r} found on PATH ({found or 'none found'})"
                 )
-        # Rule 5: interpreters and launchers need danger_opt_in, one by one.
-        if name.lower() in INTERPRETERS_AND_LAUNCHERS and name not in self._danger_opt_in:
+        # Rule 5: interpreters and launchers need danger_opt_in, one by one (our list is longer).
+        if launcher_name(name) is not None and name not in self._danger_opt_in:
             raise _violation(
                 "shell_command",
                 f"{name!r} is an interpreter or launcher that can run anything: "

@@ -53,7 +53,9 @@ def places(tree: Tree) -> dict[str, str]:
 
 
 def test_constructor_takes_exactly_the_sandbox_config_fields() -> None:
-    params = [p for p in inspect.signature(ToolSandbox).parameters if p not in ("base_dir", "resolver")]
+    # base_dir, resolver and kernel_sandbox are ours, beside the page's fields.
+    extras = ("base_dir", "resolver", "kernel_sandbox")
+    params = [p for p in inspect.signature(ToolSandbox).parameters if p not in extras]
     assert params == list(SandboxConfig.model_fields)
     sandbox = ToolSandbox(**SandboxConfig(enabled=True, allowed_commands=["ls"]).model_dump())
     assert sandbox.enabled

@@ -1,0 +1,164 @@
+"""Time one ``shell_command`` with and without the kernel layer, and what the reaper process costs.
+
+Run: ``.venv/bin/python bench/bench_kernel_sandbox.py [--calls 40]``. Every configuration runs each
+command ``--calls`` times, interleaved round-robin in one run (so load drifts hit them alike), and
+the table shows the median wall time per call in milliseconds and its ratio to the plain run
+(sandbox disabled, which already runs under the reaper). A second table times the reaper itself on
+``true``: no reaper at all (``sh -c`` started directly, as before issue 7), the reaper without a
+cgroup, the reaper with one. Then the reaper's resident memory while a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from airflow_provider_agentloom.tools import ToolRegistry, _kernel, _process
+from airflow_provider_agentloom.tools.builtins import register_builtins
+from airflow_provider_agentloom.tools.invoke import invoke_tool
+from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+
+COMMANDS = [("echo hi", "echo hi"), ("ls", "ls -l"), ("grep -R", "grep -R -c needle .")]
+Call = Callable[[], Awaitable[object]]
+
+
+def build_tree(base: Path) -> None:
+    """data/ with 200 small files in 20 folders (what grep -R walks), out/ writable."""
+    for folder in range(20):
+        directory = base / "data" / f"d{folder:02}"
+        directory.mkdir(parents=True)
+        for index in range(10):
+            (directory / f"f{index}.txt").write_text("line\n" * 20 + "needle\n", encoding="utf-8")
+    (base / "out").mkdir()
+
+
+def registry(base: Path, **fields: object) -> ToolRegistry:
+    tools = ToolRegistry()
+    if fields.get("enabled") is False:
+        register_builtins(tools, base_dir=base)
+        return tools
+    sandbox = ToolSandbox(
+        enabled=True,
+        allowed_commands=["echo", "ls", "grep"],
+        readable_paths=["data"],
+        writable_paths=["out"],
+        base_dir=base,
+        **fields,  # type: ignore[arg-type]
+    )
+    register_builtins(tools, sandbox)
+    return tools
+
+
+def configurations(base: Path) -> list[tuple[str, ToolRegistry]]:
+    return [
+        ("sandbox disabled", registry(base, enabled=False)),
+        ("enabled, kernel_sandbox=off", registry(base, kernel_sandbox="off")),
+        ("enabled, auto: Landlock", registry(base, kernel_sandbox="auto")),
+        ("enabled, auto, allow_network: false", registry(base, kernel_sandbox="auto", allow_network=False)),
+    ]
+
+
+async def sample(calls: int, cases: dict[str, Call]) -> dict[str, list[float]]:
+    """Run every case once per round, ``calls`` rounds; return the wall times in ms."""
+    for call in cases.values():  # warm up: imports, caches, the first cgroup migration
+        await call()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(calls):
+        for name, call in cases.items():
+            start = time.perf_counter()
+            await call()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def shell_case(tools: ToolRegistry, command: str) -> Call:
+    return lambda: invoke_tool(tools, "shell_command", {"command": command, "cwd": "data"})
+
+
+async def reaper_rss_kib(base: Path) -> int:
+    """The reaper's resident set while a command runs under it."""
+    found: list[int] = []
+
+    async def watch() -> None:
+        deadline = time.monotonic() + 5
+        while not found and time.monotonic() < deadline:
+            for pid in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                        if b"_reaper.py" not in handle.read():
+                            continue
+                    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+                        rss = next(line for line in handle if line.startswith("VmRSS:"))
+                    found.append(int(rss.split()[1]))
+                    return
+                except (OSError, StopIteration, ValueError):
+                    continue
+            await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        await _process.run_shell("sleep 1", cwd=str(base), env=None, timeout=10)
+    return found[0] if found else -1
+
+
+def table(title: str, rows: list[tuple[str, str, float, float]]) -> None:
+    print(title)
+    print()
+    print(f"| {'command':<10} | {'configuration':<38} | {'median ms':>9} | {'ratio':>6} |")
+    print(f"|{'-' * 12}|{'-' * 40}|{'-' * 10}:|{'-' * 7}:|")
+    for command, name, median, ratio in rows:
+        print(f"| {command:<10} | {name:<38} | {median:9.2f} | {ratio:5.2f}x |")
+    print()
+
+
+async def main(calls: int) -> None:
+    abi, why = _kernel.landlock_abi()
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        build_tree(base)
+        configs = configurations(base)
+        cases = {
+            f"{label}|{name}": shell_case(tools, command)
+            for label, command in COMMANDS
+            for name, tools in configs
+        }
+        direct: dict[str, Call] = {
+            "no reaper (sh -c directly)": lambda: _process._run_direct("true", cwd=tmp, env=None, timeout=10),
+            "reaper, no cgroup": lambda: _process.run_shell("true", cwd=tmp, env=None, timeout=10, kernel={"cgroup": False}),
+            "reaper, cgroup where possible": lambda: _process.run_shell("true", cwd=tmp, env=None, timeout=10),
+        }  # fmt: skip
+        probe = await _process.run_shell("true", cwd=tmp, env=None, timeout=10)
+        times = await sample(calls, {**cases, **{f"true|{k}": v for k, v in direct.items()}})
+        rss = await reaper_rss_kib(base)
+    print(f"Python {platform.python_version()} on {platform.machine()}, Linux {platform.release()}, "
+          f"Landlock ABI {abi or 'none: ' + why}, {calls} calls per case, interleaved; "
+          f"reaper cgroup: {probe.report.get('cgroup')}")  # fmt: skip
+    print()
+    rows = []
+    for label, _ in COMMANDS:
+        plain = statistics.median(times[f"{label}|{configs[0][0]}"])
+        for name, _tools in configs:
+            median = statistics.median(times[f"{label}|{name}"])
+            rows.append((label, name, median, median / plain))
+    table("One shell_command through invoke_tool (checks, reaper, command):", rows)
+    plain = statistics.median(times["true|no reaper (sh -c directly)"])
+    reaper_rows = [("true", name, statistics.median(times[f"true|{name}"]), 0.0) for name in direct]
+    table("The reaper itself (run_shell of `true`):", [(c, n, m, m / plain) for c, n, m, _ in reaper_rows])
+    print(f"Reaper resident memory while a command runs: {rss} KiB")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=40, help="calls per case (default 40)")
+    anyio.run(main, parser.parse_args().calls)

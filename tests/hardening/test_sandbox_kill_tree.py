@@ -1,0 +1,219 @@
+"""``shell_command`` leaves no process behind: detached, double-forked and daemonised ones included.
+
+Each test starts processes that carry a unique marker in their command line (``sleep 1200.<n>``),
+then searches all of ``/proc`` for it: nothing may be left, the output must still be captured, and a
+detached process holding the pipes must not keep the call waiting for its timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from sandbox_support import (
+    PYTHON_BIN,
+    kill_leftovers,
+    make_tree,
+    new_marker,
+    processes_with,
+    python_command,
+    registry,
+    wait_for_processes,
+)
+
+from airflow_provider_agentloom.tools._process import CommandResult, run_shell
+from airflow_provider_agentloom.tools._reaper import cgroup_dir_for
+from airflow_provider_agentloom.tools.invoke import invoke_tool
+
+pytestmark = [pytest.mark.anyio, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
+
+# A program that daemonises the classic way: fork, setsid, fork again, close every descriptor.
+_DAEMON_CODE = """import os
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.closerange(0, 1024)
+        os.execvp("sleep", ("sleep", "{marker}"))
+    os._exit(0)
+print("main-done")"""
+
+
+DAEMON = python_command(_DAEMON_CODE)
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    value = new_marker()
+    yield value
+    kill_leftovers(value)
+
+
+UNSANDBOXED_FORMS = [
+    pytest.param("setsid -f sleep {marker}; echo main-done", id="setsid"),
+    pytest.param("nohup sleep {marker} > /dev/null 2>&1 & echo main-done", id="nohup-background"),
+    pytest.param("sh -c '(sleep {marker} &)'; echo main-done", id="double-fork"),
+    pytest.param("setsid sh -c 'sleep {marker} & sleep {marker}' & echo main-done", id="own-session-tree"),
+    pytest.param(DAEMON, id="daemon"),
+]
+
+
+@pytest.mark.parametrize("form", UNSANDBOXED_FORMS)
+async def test_sandbox_disabled_leaves_no_process(tmp_path: Path, marker: str, form: str) -> None:
+    started = time.monotonic()
+    result = await invoke_tool(
+        registry(base=tmp_path), "shell_command", {"command": form.format(marker=marker), "timeout": 60}
+    )
+    elapsed = time.monotonic() - started
+    assert result["returncode"] == 0, result
+    assert result["stdout"] == "main-done\n"  # still captured
+    assert elapsed < 10, f"the call waited {elapsed:.1f} s for a detached process"
+    assert wait_for_processes(marker, present=False) == []
+
+
+SANDBOXED_FORMS = [
+    pytest.param("setsid -f sleep {marker}", ["setsid", "sleep"], id="setsid"),
+    pytest.param(DAEMON, ["python3"], id="daemon"),
+]
+
+
+@pytest.mark.parametrize(("form", "launchers"), SANDBOXED_FORMS)
+async def test_opted_in_launcher_leaves_no_process(
+    tmp_path: Path, marker: str, form: str, launchers: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # python3 is found in the test's own interpreter directory, so the kernel layer lets it start.
+    monkeypatch.setenv("PATH", f"{PYTHON_BIN}{os.pathsep}{os.environ['PATH']}")
+    tree = make_tree(tmp_path)
+    sandbox = tree.sandbox(allowed_commands=launchers, danger_opt_in=launchers)
+    result = await invoke_tool(
+        registry(sandbox),
+        "shell_command",
+        {"command": form.format(marker=marker), "cwd": "work", "timeout": 60},
+    )
+    assert result["returncode"] == 0, result
+    assert wait_for_processes(marker, present=False) == []
+
+
+async def test_timeout_kills_the_detached_processes_too(tmp_path: Path, marker: str) -> None:
+    command = f"echo before; setsid -f sleep {marker}; sh -c '(sleep {marker} &)'; sleep {marker}"
+    started = time.monotonic()
+    result = await invoke_tool(registry(base=tmp_path), "shell_command", {"command": command, "timeout": 1})
+    assert time.monotonic() - started < 8
+    assert result == {"returncode": -1, "stdout": "before\n", "stderr": "Command timed out"}
+    assert wait_for_processes(marker, present=False) == []
+
+
+async def test_cancelling_the_call_kills_the_detached_processes(tmp_path: Path, marker: str) -> None:
+    tools = registry(base=tmp_path)
+    with anyio.move_on_after(1) as scope:
+        await invoke_tool(tools, "shell_command", {"command": f"setsid -f sleep {marker}; sleep {marker}"})
+    assert scope.cancelled_caught
+    assert wait_for_processes(marker, present=False) == []
+
+
+async def test_without_a_cgroup_the_subreaper_still_kills_everything(tmp_path: Path, marker: str) -> None:
+    command = f"setsid -f sleep {marker}; sh -c '(sleep {marker} &)'; echo main-done"
+    result = await run_shell(command, cwd=str(tmp_path), env=None, timeout=30, kernel={"cgroup": False})
+    assert result.report["cgroup"] == "none: not asked"
+    assert result.stdout == b"main-done\n"
+    assert result.report["leftovers"] >= 2
+    assert wait_for_processes(marker, present=False) == []
+
+
+async def test_the_cgroup_is_used_and_removed_where_it_can_be_made(tmp_path: Path, marker: str) -> None:
+    result = await run_shell(f"setsid -f sleep {marker}", cwd=str(tmp_path), env=None, timeout=30)
+    cgroup = result.report["cgroup"]
+    if cgroup.startswith("none"):
+        pytest.skip(f"no writable cgroup v2 here ({cgroup})")
+    assert not os.path.exists(cgroup)
+    assert wait_for_processes(marker, present=False) == []
+
+
+async def test_a_killed_reaper_leaves_nothing_where_it_had_a_cgroup(tmp_path: Path, marker: str) -> None:
+    probe = await run_shell("true", cwd=str(tmp_path), env=None, timeout=30)
+    if probe.report["cgroup"].startswith("none"):
+        pytest.skip(f"no writable cgroup v2 here ({probe.report['cgroup']})")
+    result: dict[str, CommandResult] = {}
+
+    async def run() -> None:
+        result["value"] = await run_shell(
+            f"setsid -f sleep {marker}; sleep {marker}", cwd=str(tmp_path), env=None, timeout=120
+        )
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await anyio.to_thread.run_sync(lambda: wait_for_count(marker, 2))  # the orphan and the main sleep
+        reaper = reaper_of(processes_with(marker)[0])
+        os.kill(reaper, signal.SIGKILL)  # the reaper cannot clean up: the task process must
+        killed = time.monotonic()
+    assert time.monotonic() - killed < 20  # not the 120 s timeout: the orphan holding the pipe died
+    assert result["value"].returncode == -signal.SIGKILL
+    assert not result["value"].timed_out
+    assert wait_for_processes(marker, present=False) == []
+    assert not os.path.exists(str(cgroup_dir_for(reaper)))
+
+
+def wait_for_count(marker: str, count: int, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while len(processes_with(marker)) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} processes with the marker"
+        time.sleep(0.02)
+
+
+def reaper_of(pid: int) -> int:
+    """Walk up from ``pid`` to the ``_reaper.py`` process that started it."""
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            if b"_reaper.py" in handle.read():
+                return pid
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            pid = int(handle.read().rpartition(")")[2].split()[1])
+    # A setsid'd orphan is re-parented to the reaper, so this is only reached on a bug.
+    raise AssertionError("no reaper above the marked process")
+
+
+TASK_PROCESS = textwrap.dedent(
+    """
+    import anyio, sys
+    from airflow_provider_agentloom.tools._process import CommandResult, run_shell
+    command = "setsid -f sleep {marker}; sh -c '(sleep {marker} &)'; sleep {marker}"
+    anyio.run(lambda: run_shell(command, cwd=sys.argv[1], env=None, timeout=600))
+    """
+)
+
+
+def test_killing_the_task_process_kills_its_commands(tmp_path: Path, marker: str) -> None:
+    # The runner kills task processes with SIGKILL on Ctrl-C: their commands must not outlive them.
+    task = subprocess.Popen([sys.executable, "-c", TASK_PROCESS.format(marker=marker), str(tmp_path)])
+    try:
+        wait_for_count(marker, 3)  # the setsid'd sleep, the double-forked one, the main one
+        task.kill()
+        task.wait(timeout=10)
+        assert wait_for_processes(marker, present=False) == []
+    finally:
+        task.kill()
+        task.wait(timeout=10)
+
+
+async def test_a_command_signalling_its_own_group_does_not_stop_its_reaper(
+    tmp_path: Path, marker: str
+) -> None:
+    # `kill 0` reaches the command's process group, not the reaper: the command dies of SIGTERM
+    # (as it did before the reaper) and what it started is still cleaned up.
+    result = await run_shell(
+        f"setsid -f sleep {marker}; echo before; kill -TERM 0; echo after",
+        cwd=str(tmp_path),
+        env=None,
+        timeout=30,
+    )
+    assert result.returncode == -signal.SIGTERM
+    assert result.stdout == b"before\n"
+    assert result.report["stopped"] is False
+    assert wait_for_processes(marker, present=False) == []
