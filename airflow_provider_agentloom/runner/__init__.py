@@ -11,12 +11,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.runner.interrupts import RunInterrupted
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.models import Workflow
 from airflow_provider_agentloom.workflow.parser import load_workflow
 from airflow_provider_agentloom.workflow.results import RunResult
 
-__all__ = ["run_workflow"]
+__all__ = ["RunInterrupted", "run_workflow"]
 
 
 def run_workflow(
@@ -37,6 +38,10 @@ def run_workflow(
     :param home: the runner's private Airflow home (default ``$AGENTLOOM_HOME`` or the user cache).
     :param working_dir: "the directory you run from" for built-in tools (default: the current one).
     :param on_progress: called as ``on_progress(step_result, event)`` when a step ends or retries.
+    :raises RunInterrupted: (a ``KeyboardInterrupt``) when Ctrl-C, SIGTERM or SIGHUP stopped
+        the run: its steps' processes were killed, the DAG run was marked failed, and the
+        exception's ``result`` is the failed run's result. A second signal raises a plain
+        ``KeyboardInterrupt`` at once.
     """
     from airflow_provider_agentloom.runner.home import prepare_home
 
