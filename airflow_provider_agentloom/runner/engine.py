@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.operators.context import WorkflowRunContext
-from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted, signal_label
+from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
 from airflow_provider_agentloom.runner.processes import ApiServer, TaskProcess, TaskProcesses
 from airflow_provider_agentloom.runner.results import ProgressCallback, RunResultCollector
 from airflow_provider_agentloom.runner.runs import RunLedger, RunOwner, fail_dag_run, home_lock
@@ -66,8 +67,10 @@ class DagRunDriver:
         *,
         conf: Mapping[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.dag = dag
+        self.stop = stop
         self.ctx = run_context
         self.home = home
         self.conf = dict(conf or {})
@@ -87,7 +90,7 @@ class DagRunDriver:
         api = ApiServer.start(self.supervisor_log)  # builds its routes while we write the run
         tasks = TaskProcesses(api, Path(self.home.stub.name), BUNDLE_NAME, self.supervisor_log)
         session = settings.Session()  # type: ignore[misc]  # configured by Airflow's import
-        guard = InterruptGuard(lambda: _kill_now(tasks, api))
+        guard = InterruptGuard(lambda: _kill_now(tasks, api), self.stop)
         dag_run = None
         try:
             with guard:
@@ -233,7 +236,7 @@ class DagRunDriver:
         started: float,
     ) -> RunInterrupted:
         signum = guard.signum or signal.SIGINT
-        reason = f"interrupted by {signal_label(signum)}"
+        reason = guard.reason
         tasks.stop_all()
         api.stop()
         session.rollback()

@@ -45,18 +45,25 @@ class InterruptGuard:
 
     :param kill_now: called from the handler on each signal; kills the run's processes. It
         must be safe to call at any moment of the runner's loop.
+    :param stop: an event that, once set, requests the stop as a signal would.
     """
 
-    def __init__(self, kill_now: Callable[[], None]) -> None:
+    def __init__(self, kill_now: Callable[[], None], stop: threading.Event | None = None) -> None:
         self.kill_now = kill_now
         self.signum: int | None = None
         self._owner = os.getpid()
         self._previous: dict[int, Any] = {}
-        self._event = threading.Event()
+        self._event = stop if stop is not None else threading.Event()
 
     @property
     def requested(self) -> bool:
+        """Whether a signal arrived, or the ``stop`` event was set (from another thread, say)."""
         return self._event.is_set()
+
+    @property
+    def reason(self) -> str:
+        """``interrupted by SIGINT (Ctrl-C)``, or ``cancelled`` when the stop event was set."""
+        return f"interrupted by {signal_label(self.signum)}" if self.signum is not None else "cancelled"
 
     def request(self, signum: int) -> None:
         """Ask the run to stop, as that signal would (also usable from another thread)."""

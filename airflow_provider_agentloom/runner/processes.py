@@ -310,14 +310,22 @@ def _become_supervisor() -> None:  # pragma: no cover - runs in the child
     os.register_at_fork(
         before=lambda: forking.append(os.getpid()),
         after_in_parent=lambda: forking.clear(),
-        after_in_child=lambda: _die_with(forking.pop() if forking else None),
+        after_in_child=lambda: _task_process_dies_with(supervisor, forking.pop() if forking else None),
     )
 
 
-def _die_with(parent: int | None) -> None:  # pragma: no cover - runs in the child
+def _task_process_dies_with(supervisor: int, parent: int | None) -> None:  # pragma: no cover - in the child
+    """In a process the supervisor forked (its task process), die by SIGKILL with the supervisor.
+
+    Only the supervisor's own forks: the hook is inherited by the task process, whose forks (a
+    tool's ``multiprocessing``, say) are left alone, since the signal would follow the forking
+    thread, not the process.
+    """
+    if parent != supervisor:
+        return
     set_parent_death_signal(signal.SIGKILL)
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)  # the parent died between the fork and the death signal
+    if os.getppid() != supervisor:
+        os._exit(1)  # the supervisor died between the fork and the death signal
 
 
 def _log_tasks_at_info() -> None:  # pragma: no cover - runs in the child

@@ -13,12 +13,15 @@ import signal
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 import runner_tools
 from runner_support import CliRun, new_marker, processes_with, run_states, task_states, wait_for
 
-from airflow_provider_agentloom import run_workflow
+from airflow_provider_agentloom import WorkflowEngine, run_workflow
 from airflow_provider_agentloom.runner import RunInterrupted
+from airflow_provider_agentloom.tools import ToolRegistry
+from airflow_provider_agentloom.tools.builtins import register_builtins
 from airflow_provider_agentloom.workflow.parser import WorkflowParser
 
 HERE = Path(__file__).resolve().parent
@@ -175,6 +178,35 @@ def test_python_api_on_ctrl_c_cleans_up_marks_the_run_failed_and_reraises(workdi
         assert _is_gone(pid)
     home = Path(os.environ["AGENTLOOM_HOME"])
     assert run_states(home, "api-interrupted")[result.run_id] == "failed"
+
+
+@pytest.mark.timeout(120)
+def test_cancelling_workflow_engine_run_stops_the_run_and_marks_it_failed(workdir: Path) -> None:
+    marker = new_marker()
+    workflow = WorkflowParser.from_yaml(
+        "name: engine-cancelled\nsteps:\n"
+        f"  - {{id: sleeper, type: tool, tool_name: shell_command,"
+        f" tool_args: {{command: 'echo up > sleeper.started; sleep {marker}', timeout: 1300}}}}\n"
+    )
+    registry = ToolRegistry()
+    register_builtins(registry, base_dir=str(workdir))
+    cancelled_after: list[float] = []
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(WorkflowEngine(workflow=workflow, tool_registry=registry).run)
+            while not (workdir / "sleeper.started").exists():
+                await anyio.sleep(0.05)
+            started = time.monotonic()
+            group.cancel_scope.cancel()
+        cancelled_after.append(time.monotonic() - started)
+
+    anyio.run(main)
+    assert cancelled_after[0] < 5  # the cancellation waited for the run to stop, not to end
+    assert not processes_with(marker)
+    home = Path(os.environ["AGENTLOOM_HOME"])
+    (state,) = run_states(home, "engine-cancelled").values()
+    assert state == "failed"
 
 
 def _is_gone(pid: int) -> bool:
