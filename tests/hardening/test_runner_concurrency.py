@@ -7,6 +7,7 @@ which then died with ``ObjectDeletedError`` or ``StaleDataError`` and printed no
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -31,12 +32,12 @@ def _run_at_once(folder: Path, names: list[str]) -> list[dict[str, object]]:
     home = folder / "home"
     for name in set(names):
         (folder / f"{name}.yaml").write_text(WORKFLOW.format(name=name), encoding="utf-8")
-    runs = [CliRun("run", f"{name}.yaml", "--json", home=home, cwd=folder) for name in names]
-    try:
+    with contextlib.ExitStack() as stack:
+        runs = [
+            stack.enter_context(CliRun("run", f"{name}.yaml", "--json", home=home, cwd=folder))
+            for name in names
+        ]
         codes = [run.finish(timeout=150) for run in runs]
-    finally:
-        for run in runs:
-            run.__exit__(None, None, None)
     for run, code in zip(runs, codes, strict=True):
         assert code == 0, run.stderr[-3000:]
     documents = [run.document() for run in runs]
