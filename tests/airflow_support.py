@@ -22,15 +22,13 @@ def run_dag_test(dag: Any, conf: dict[str, Any] | None = None) -> Any:
 
 
 def xcom(dag_run: Any, task_id: str, key: str = "return_value") -> Any:
-    """The XCom ``key`` of ``task_id`` in ``dag_run`` (None when absent)."""
-    from airflow.models.xcom import XComModel
+    """The XCom ``key`` of ``task_id`` in ``dag_run`` as a task pulling it sees it (None when absent)."""
     from airflow.utils.session import create_session
 
+    from airflow_provider_agentloom.runner.results import read_xcom
+
     with create_session() as session:
-        row = session.scalars(
-            XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_run.dag_id, task_ids=task_id, key=key)
-        ).first()
-        return XComModel.deserialize_value(row) if row is not None else None
+        return read_xcom(session, run_id=dag_run.run_id, dag_id=dag_run.dag_id, task_id=task_id, key=key)
 
 
 def task_states(dag_run: Any) -> dict[str, tuple[str, int]]:

@@ -1,6 +1,7 @@
 """The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``visualize``.
 
-Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error.
+Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error; a run
+stopped by a signal exits 128 + its number (130 for Ctrl-C, 143 for SIGTERM).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from airflow_provider_agentloom import __version__
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
@@ -47,14 +48,18 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
         return result
     except UsageError as exc:
         print(f"agentloom: error: {exc}", file=sys.stderr)
+        _print_failure(args, str(exc))
         return EXIT_USAGE
     except WorkflowValidationError as exc:
         print(f"Invalid workflow:\n{exc}", file=sys.stderr)
+        _print_failure(args, f"Invalid workflow: {exc}")
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("agentloom: interrupted", file=sys.stderr)
-        return 130
+        _print_failure(args, f"Run {exc}" if str(exc) else "Run interrupted")
+        return EXIT_INTERRUPTED
     except Exception as exc:  # a bug or an environment problem: one clear line, details on request
+        _print_failure(args, f"{type(exc).__name__}: {exc}")
         if os.environ.get("AGENTLOOM_DEBUG"):
             raise
         print(
@@ -62,6 +67,24 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+
+def _print_failure(args: argparse.Namespace, error: str) -> None:
+    """With ``--json``, a run that ended without a result still prints one JSON document."""
+    if not getattr(args, "json", False):
+        return
+    document: dict[str, Any] = {
+        "workflow_name": getattr(args, "workflow_name", None),
+        "status": "failed",
+        "run_id": None,
+        "step_results": {},
+        "final_state": {},
+        "total_tokens": 0,
+        "total_cost_usd": 0.0,
+        "total_duration_ms": 0.0,
+        "error": error,
+    }
+    print(json.dumps(document, indent=2, ensure_ascii=False), flush=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -188,6 +211,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.mock_responses and not Path(args.mock_responses).is_file():
         raise UsageError(f"no such mock fixture file: {args.mock_responses}")
     workflow = load_workflow(args.file)
+    args.workflow_name = workflow.name
     if args.budget is not None:
         workflow.config = workflow.config.model_copy(update={"budget_usd": args.budget})
     overrides = parse_state_overrides(args.state, workflow.state)
@@ -202,7 +226,7 @@ def _run(args: argparse.Namespace) -> int:
     )
 
     from airflow_provider_agentloom.cli.render import progress_line, summary_line
-    from airflow_provider_agentloom.runner import run_workflow
+    from airflow_provider_agentloom.runner import RunInterrupted, run_workflow
 
     def on_progress(result: Any, event: str) -> None:
         print(progress_line(result, event), file=sys.stderr, flush=True)
@@ -212,18 +236,22 @@ def _run(args: argparse.Namespace) -> int:
         # As upstream, streamed text is printed as it arrives, except with --json. Task processes
         # write it to this copy of stdout, which they inherit.
         llm = dataclasses.replace(llm, chunk_fd=None if args.json else stdout_fd)
-        result = run_workflow(
-            workflow,
-            tools=tools,
-            state=overrides,
-            home=args.home,
-            on_progress=on_progress,
-            run_context_options={"llm": llm},
-        )
+        try:
+            result = run_workflow(
+                workflow,
+                tools=tools,
+                state=overrides,
+                home=args.home,
+                on_progress=on_progress,
+                run_context_options={"llm": llm},
+            )
+            code = EXIT_OK if result.status.value in ("success", "paused") else EXIT_FAILED
+        except RunInterrupted as interrupted:
+            result, code = interrupted.result, 128 + interrupted.signum
     print(summary_line(result), file=sys.stderr)
     if args.json:
         print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
-    return EXIT_OK if result.status.value in ("success", "paused") else EXIT_FAILED
+    return code
 
 
 def _json_document(result: Any) -> dict[str, Any]:

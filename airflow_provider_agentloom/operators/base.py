@@ -8,7 +8,6 @@ a timeout ends the attempt with status ``timeout``. Subclasses implement :meth:`
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -19,6 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceededError
 from airflow_provider_agentloom.workflow.results import StepMeta, StepStatus, TokenUsage
 from airflow_provider_agentloom.workflow.state import initial_state, rebuild_state, state_sources
+from airflow_provider_agentloom.workflow.storable import storable_output
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -76,7 +76,7 @@ class AgentLoomStepOperator(BaseOperator):
         try:
             state = self.read_state(context)
             outcome = self.execute_step(context, state)
-            output = _plain_json(outcome.output, self.log)
+            output = storable_output(outcome.output, self.step.id, self.log)
         except AirflowTaskTimeout:
             meta.status = StepStatus.TIMEOUT
             meta.error = f"Step {self.step.id!r} timed out after {self.step.timeout}s"
@@ -153,23 +153,6 @@ class AgentLoomStepOperator(BaseOperator):
     def _push_meta(self, context: Context, meta: StepMeta, started: float) -> None:
         meta.duration_ms = round((time.monotonic() - started) * 1000, 3)
         context["ti"].xcom_push(key=META_KEY, value=meta.model_dump(mode="json"))
-
-
-def _plain_json(value: Any, log: Any) -> Any:
-    """Return ``value`` as plain JSON data (what XCom, the state and ``--json`` carry)."""
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError):
-        log.warning("The step output is not plain JSON; values that are not were turned into strings")
-        return json.loads(json.dumps(value, default=_json_fallback))
-
-
-def _json_fallback(value: Any) -> Any:
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
 
 
 def _is_control_flow(exc: BaseException) -> bool:

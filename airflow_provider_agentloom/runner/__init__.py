@@ -7,16 +7,18 @@ second execution engine.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.runner.interrupts import RunInterrupted
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.models import Workflow
 from airflow_provider_agentloom.workflow.parser import load_workflow
 from airflow_provider_agentloom.workflow.results import RunResult
 
-__all__ = ["run_workflow"]
+__all__ = ["RunInterrupted", "run_workflow"]
 
 
 def run_workflow(
@@ -28,6 +30,7 @@ def run_workflow(
     working_dir: str | os.PathLike[str] | None = None,
     on_progress: Any = None,
     run_context_options: dict[str, Any] | None = None,
+    stop: threading.Event | None = None,
 ) -> RunResult:
     """Run a workflow through Airflow in this process and return its result.
 
@@ -37,6 +40,12 @@ def run_workflow(
     :param home: the runner's private Airflow home (default ``$AGENTLOOM_HOME`` or the user cache).
     :param working_dir: "the directory you run from" for built-in tools (default: the current one).
     :param on_progress: called as ``on_progress(step_result, event)`` when a step ends or retries.
+    :param stop: set this event (from another thread) to stop the run as Ctrl-C does; then
+        :class:`RunInterrupted` is raised, its result's error saying ``Run cancelled``.
+    :raises RunInterrupted: (a ``KeyboardInterrupt``) when Ctrl-C, SIGTERM or SIGHUP stopped
+        the run: its steps' processes were killed, the DAG run was marked failed, and the
+        exception's ``result`` is the failed run's result. A second signal raises a plain
+        ``KeyboardInterrupt`` at once.
     """
     from airflow_provider_agentloom.runner.home import prepare_home
 
@@ -55,7 +64,7 @@ def run_workflow(
         run_context_options=run_context_options,
     )
     run_context = _run_context_of(dag, model)
-    driver = DagRunDriver(dag, run_context, embedded, conf=state, on_progress=on_progress)
+    driver = DagRunDriver(dag, run_context, embedded, conf=state, on_progress=on_progress, stop=stop)
     return driver.run()
 
 

@@ -10,6 +10,7 @@ A script written for upstream AgentLoom runs with only its import lines changed:
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,7 +53,11 @@ class WorkflowEngine:
         self.on_progress = on_progress
 
     async def run(self) -> RunResult:
-        """Run the workflow to its end (or to an approval gate) and return its result."""
+        """Run the workflow to its end (or to an approval gate) and return its result.
+
+        Cancelling the call (as ``asyncio.run`` does on Ctrl-C) stops the run: its steps'
+        processes are killed and the DAG run is marked failed before the cancellation goes on.
+        """
         from airflow_provider_agentloom.runner import run_workflow
 
         options = {
@@ -60,13 +65,28 @@ class WorkflowEngine:
             "provider_gateway": self.provider_gateway,
             "require_registry": self.tool_registry is None,
         }
-        return await anyio.to_thread.run_sync(
-            lambda: run_workflow(
-                self.workflow,
-                state=self.state,
-                home=self.home,
-                working_dir=self.working_dir,
-                on_progress=self.on_progress,
-                run_context_options=options,
-            )
-        )
+        stop, ended = threading.Event(), threading.Event()
+
+        def run() -> RunResult:
+            try:
+                return run_workflow(
+                    self.workflow,
+                    state=self.state,
+                    home=self.home,
+                    working_dir=self.working_dir,
+                    on_progress=self.on_progress,
+                    run_context_options=options,
+                    stop=stop,
+                )
+            finally:
+                ended.set()
+
+        try:
+            return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled (asyncio.run cancels on Ctrl-C): stop the run, and wait while it kills
+            # its steps and marks itself failed.
+            stop.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(ended.wait)
+            raise

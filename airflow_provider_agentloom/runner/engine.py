@@ -1,20 +1,28 @@
 """Run one workflow's DAG through Airflow in-process: the engine behind ``agentloom run`` and the Python API.
 
 It drives a DagRun the way ``dag.test()`` does (``DagRun.update_state`` schedules, the in-process
-Execution API serves the tasks), with three differences that a workflow runner needs:
+Execution API serves the tasks), with the differences a workflow runner needs:
 
 - independent steps run at the same time, up to ``config.max_concurrent_steps``: each task runs
   in its own task process under Airflow's task supervisor, served by a forked Execution API
   server (see :mod:`.processes`), so a step's ``execution_timeout`` (a signal in the task's
   main thread) works even when the runner is called from async code or a worker thread;
+- a task that dies before it reports back (its supervisor failed, or was killed) goes through
+  Airflow's failure handling, so it counts as an attempt and the step's ``retry`` applies;
 - a step waiting for a person (``awaiting_input``) pauses the run instead of blocking forever;
+- Ctrl-C or ``kill`` stops the run: the running steps' process trees are killed and the DAG
+  run is marked failed (see :mod:`.interrupts`); a run whose runner died is marked failed by
+  the next run on the same home (see :mod:`.runs`);
 - only this workflow's DAG is synced to the database: the user's dags folder is never parsed.
+  Runs on one home may run at once: they take turns to sync and create their DAG run.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+import signal
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -23,20 +31,23 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.operators.context import WorkflowRunContext
-from airflow_provider_agentloom.runner.processes import ApiServer, TaskProcesses
+from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
+from airflow_provider_agentloom.runner.processes import ApiServer, TaskProcess, TaskProcesses
 from airflow_provider_agentloom.runner.results import ProgressCallback, RunResultCollector
-from airflow_provider_agentloom.workflow.results import (
-    RunResult,
-)
+from airflow_provider_agentloom.runner.runs import RunLedger, RunOwner, fail_dag_run, home_lock
+from airflow_provider_agentloom.workflow.results import RunResult
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
 
     from airflow_provider_agentloom.runner.home import EmbeddedHome
 
+log = logging.getLogger(__name__)
+
 BUNDLE_NAME = "dags-folder"
 _CURRENT: dict[str, DAG] = {}
 _POLL_SECONDS = 0.05
+_API_READY_SECONDS = 300.0  # building the API's routes takes ~3 s idle, 15 s and more on a busy machine
 
 
 def serve_current_dag(globals_dict: dict[str, Any]) -> None:
@@ -56,29 +67,48 @@ class DagRunDriver:
         *,
         conf: Mapping[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.dag = dag
+        self.stop = stop
         self.ctx = run_context
         self.home = home
         self.conf = dict(conf or {})
-        self.on_progress = on_progress
         self.max_parallel = run_context.workflow.config.max_concurrent_steps
         self.run_id = f"agentloom__{datetime.now(UTC):%Y%m%dT%H%M%S}_{secrets.token_hex(3)}"
         self.collector = RunResultCollector(run_context, self.conf, on_progress, logs_folder=home.logs)
+        self.supervisor_log = home.logs / "supervisors.log"
+        self.ledger = RunLedger(home.root)
 
     def run(self) -> RunResult:
+        """Run to the end, a pause, or a signal (then raise :class:`RunInterrupted`)."""
         from airflow import settings
 
         started = time.monotonic()
         _CURRENT.clear()
         _CURRENT[self.dag.dag_id] = self.dag
-        api = ApiServer.start()  # starts its slow first-request set-up while we write the run
-        tasks = TaskProcesses(api, Path(self.home.stub.name), BUNDLE_NAME, self.home.logs / "supervisors.log")
+        api = ApiServer.start(self.supervisor_log)  # builds its routes while we write the run
+        tasks = TaskProcesses(api, Path(self.home.stub.name), BUNDLE_NAME, self.supervisor_log)
         session = settings.Session()  # type: ignore[misc]  # configured by Airflow's import
+        guard = InterruptGuard(lambda: _kill_now(tasks, api), self.stop)
+        dag_run = None
         try:
-            dag_run = self._create_run(session)
-            paused = self._loop(session, dag_run, tasks)
-            return self.collector.collect(session, dag_run, paused=paused, started=started)
+            with guard:
+                dag_run = self._start_run(session)
+                paused = False if guard.requested else self._loop(session, dag_run, tasks, guard)
+                if guard.requested:
+                    raise self._interrupted(session, dag_run, tasks, api, guard, started)
+                result = self.collector.collect(session, dag_run, paused=paused, started=started)
+            self.ledger.forget(self.run_id)
+            return result
+        except RunInterrupted:
+            raise
+        except BaseException as exc:
+            _kill_now(tasks, api)
+            if not (isinstance(exc, KeyboardInterrupt) and guard.signum is not None):
+                # A second signal wants out at once: the next run on this home marks it failed.
+                self._fail_after_error(session, dag_run, exc)
+            raise
         finally:
             tasks.stop_all()
             api.stop()
@@ -86,17 +116,16 @@ class DagRunDriver:
 
     # -- setup -------------------------------------------------------------------------------
 
-    def _create_run(self, session: Any) -> Any:
+    def _start_run(self, session: Any) -> Any:
+        """Under the home's lock: fail runs whose runner died, sync this DAG, create its run."""
         from airflow.dag_processing.bundles.manager import DagBundlesManager
         from airflow.dag_processing.dagbag import sync_bag_to_db
-        from airflow.models.dagrun import DagRun, get_or_create_dagrun
         from airflow.serialization.serialized_objects import DagSerialization
-        from airflow.utils.types import DagRunTriggeredByType
+        from airflow.utils.state import DagRunState
+        from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
         self.dag.fileloc = str(self.home.stub)
         self.dag.relative_fileloc = self.home.stub.name
-        DagBundlesManager().sync_bundles_to_db(session=session)  # type: ignore[no-untyped-call]
-        session.commit()
         bag = SimpleNamespace(
             dags={self.dag.dag_id: self.dag},
             import_errors={},
@@ -104,32 +133,40 @@ class DagRunDriver:
             bundle_path=None,
             file_last_changed={},
         )
-        sync_bag_to_db(bag, BUNDLE_NAME, None, session=session)  # type: ignore[arg-type]
-        session.commit()
         scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(self.dag))
-        now = datetime.now(UTC)
-        dag_run: DagRun = get_or_create_dagrun(
-            dag=scheduler_dag,
-            run_id=self.run_id,
-            logical_date=None,
-            data_interval=None,
-            run_after=now,
-            conf=self.conf,
-            triggered_by=DagRunTriggeredByType.CLI,
-            triggering_user_name="agentloom",
-            start_date=now,
-            session=session,
-        )
-        session.commit()
+        with home_lock(self.home.root):
+            self.ledger.sweep(session)
+            DagBundlesManager().sync_bundles_to_db(session=session)  # type: ignore[no-untyped-call]
+            session.commit()
+            sync_bag_to_db(bag, BUNDLE_NAME, None, session=session)  # type: ignore[arg-type]
+            session.commit()
+            self.ledger.record(RunOwner.of_this_process(self.dag.dag_id, self.run_id))
+            now = datetime.now(UTC)
+            # Not dag.test()'s get_or_create_dagrun: it deletes this DAG's other run without a
+            # logical date, that is, a run of the same workflow going on beside this one.
+            dag_run = scheduler_dag.create_dagrun(
+                run_id=self.run_id,
+                logical_date=None,
+                data_interval=None,
+                run_after=now,
+                conf=self.conf,
+                run_type=DagRunType.MANUAL,
+                state=DagRunState.RUNNING,
+                triggered_by=DagRunTriggeredByType.CLI,
+                triggering_user_name="agentloom",
+                start_date=now,
+                session=session,
+            )
+            session.commit()
         return dag_run
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def _loop(self, session: Any, dag_run: Any, tasks: TaskProcesses) -> bool:
+    def _loop(self, session: Any, dag_run: Any, tasks: TaskProcesses, guard: InterruptGuard) -> bool:
         """Schedule and run task instances until the run ends; return True when it paused."""
         from airflow.utils.state import DagRunState, TaskInstanceState
 
-        while dag_run.state == DagRunState.RUNNING:
+        while dag_run.state == DagRunState.RUNNING and not guard.requested:
             session.expire_all()
             schedulable, _ = dag_run.update_state(session=session)
             for ti in schedulable:
@@ -138,18 +175,11 @@ class DagRunDriver:
                 ti.state = TaskInstanceState.SCHEDULED
                 ti.scheduled_dttm = datetime.now(UTC)
             session.commit()
-            for key, exit_code in tasks.reap():
-                _fail_lost_task(session, dag_run, key, exit_code)
+            for process, exit_code in tasks.reap():
+                self._fail_lost_task(session, dag_run, process, exit_code)
             tis = dag_run.get_task_instances(session=session)
             self.collector.report(session, tis)
-            for ti in tis:
-                if ti.state != TaskInstanceState.SCHEDULED:
-                    continue
-                if len(tasks.running) >= self.max_parallel:
-                    break
-                ti.state = TaskInstanceState.QUEUED
-                session.commit()
-                tasks.start(ti)
+            self._start_scheduled(session, tis, tasks, guard)
             if dag_run.state != DagRunState.RUNNING:
                 break
             if tasks.running:
@@ -160,16 +190,75 @@ class DagRunDriver:
             time.sleep(_POLL_SECONDS * 4)
         return False
 
+    def _start_scheduled(
+        self, session: Any, tis: list[Any], tasks: TaskProcesses, guard: InterruptGuard
+    ) -> None:
+        from airflow.utils.state import TaskInstanceState
 
-def _fail_lost_task(session: Any, dag_run: Any, key: Any, exit_code: int) -> None:
-    """A task whose supervisor died without reporting back: mark it failed so the run can end."""
-    from airflow.utils.state import TaskInstanceState
+        for ti in tis:
+            if ti.state != TaskInstanceState.SCHEDULED or guard.requested:
+                continue
+            if len(tasks.running) >= self.max_parallel:
+                break
+            # No task starts before the API server can answer it at once (see processes).
+            tasks.api.wait_ready(_API_READY_SECONDS, stop=lambda: guard.requested)
+            if guard.requested:
+                return
+            ti.state = TaskInstanceState.QUEUED
+            session.commit()
+            tasks.start(ti)
 
-    session.expire_all()
-    for ti in dag_run.get_task_instances(session=session):
-        if ti.key == key and ti.state in (TaskInstanceState.QUEUED, TaskInstanceState.RUNNING):
-            logging.getLogger(__name__).error(
-                "Task %s ended (exit code %s) without a result", key.task_id, exit_code
-            )
-            ti.state = TaskInstanceState.FAILED
-    session.commit()
+    def _fail_lost_task(self, session: Any, dag_run: Any, process: TaskProcess, exit_code: int) -> None:
+        """A task whose supervisor ended without reporting back: fail this attempt the way Airflow's
+        scheduler does, so the step's retries apply (an attempt that never started counts too)."""
+        from airflow.utils.state import TaskInstanceState
+
+        session.expire_all()
+        for ti in dag_run.get_task_instances(session=session):
+            if ti.key != process.key or ti.state not in (TaskInstanceState.QUEUED, TaskInstanceState.RUNNING):
+                continue
+            reason = process.reason or f"its supervisor exited with code {exit_code}"
+            self.collector.note_lost(ti.task_id, int(ti.try_number), reason, self.supervisor_log)
+            log.error("Task %s ended without a result: %s", ti.task_id, reason)
+            ti.task = dag_run.dag.get_task(ti.task_id)
+            ti.handle_failure(error=f"the task ended without a result: {reason}", session=session)
+        session.commit()
+
+    # -- endings -----------------------------------------------------------------------------
+
+    def _interrupted(
+        self,
+        session: Any,
+        dag_run: Any,
+        tasks: TaskProcesses,
+        api: ApiServer,
+        guard: InterruptGuard,
+        started: float,
+    ) -> RunInterrupted:
+        signum = guard.signum or signal.SIGINT
+        reason = guard.reason
+        tasks.stop_all()
+        api.stop()
+        session.rollback()
+        fail_dag_run(session, self.dag.dag_id, self.run_id, reason)
+        self.collector.interrupted = reason
+        result = self.collector.collect(session, dag_run, started=started)
+        self.ledger.forget(self.run_id)
+        return RunInterrupted(result, signum)
+
+    def _fail_after_error(self, session: Any, dag_run: Any, exc: BaseException) -> None:
+        if dag_run is None:
+            self.ledger.forget(self.run_id)
+            return
+        try:
+            session.rollback()
+            fail_dag_run(session, self.dag.dag_id, self.run_id, f"{type(exc).__name__}: {exc}")
+            self.ledger.forget(self.run_id)
+        except Exception:  # the next run on this home will mark it failed
+            log.exception("Could not mark run %s failed", self.run_id)
+
+
+def _kill_now(tasks: TaskProcesses, api: ApiServer) -> None:
+    """Kill every step's process tree and the API server (safe from a signal handler)."""
+    tasks.kill_all()
+    api.kill()

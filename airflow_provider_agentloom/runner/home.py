@@ -11,6 +11,7 @@ silently running against it — unless that database *is* the runner's home.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
@@ -73,7 +74,7 @@ def prepare_home(root: Path | None = None) -> EmbeddedHome:
     home.dags_folder.mkdir(parents=True, exist_ok=True)
     home.logs.mkdir(parents=True, exist_ok=True)
     if not home.stub.exists() or home.stub.read_text() != _STUB:
-        home.stub.write_text(_STUB)
+        _write_atomically(home.stub, _STUB)  # a task of another run may be reading it
     _configure_environment(home)
     _migrate_once(home)
     return home
@@ -94,6 +95,9 @@ def _configure_environment(home: EmbeddedHome) -> None:
         # A task supervisor notices its task process has exited at its next poll, which is at
         # most this many seconds away (Airflow's default of 5 s would add up to 5 s to a run).
         "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+        # The Execution API server is on loopback: a slow answer means a busy machine, not a lost
+        # request, and retrying after Airflow's default 5 s only adds load (and repeats writes).
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
     }
     if "airflow" in sys.modules:
         from airflow.configuration import conf
@@ -112,9 +116,26 @@ def _configure_environment(home: EmbeddedHome) -> None:
 def _jwt_secret(home: EmbeddedHome) -> str:
     secret_file = home.root / ".jwt_secret"
     if not secret_file.exists():
-        secret_file.write_text(secrets.token_hex(48))
-        secret_file.chmod(0o600)
+        _write_atomically(secret_file, secrets.token_hex(48), mode=0o600, replace=False)
     return secret_file.read_text().strip()
+
+
+def _write_atomically(path: Path, text: str, *, mode: int = 0o644, replace: bool = True) -> None:
+    """Write ``path`` so a reader never sees it half-written (with ``replace=False``, the first
+    of several concurrent writers wins)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    try:
+        if replace:
+            os.replace(temporary, path)
+        else:
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
 
 
 def _migrate_once(home: EmbeddedHome) -> None:

@@ -6,40 +6,64 @@ another thread held (seen here: task processes stuck inside pydantic-core). This
 shape as Airflow's own LocalExecutor with an api-server:
 
 - the API server process serves Airflow's Task Execution API on 127.0.0.1 (a random port, JWT
-  auth with the home's secret), starting on a socket bound before the fork, so it is reachable
-  the moment it is created;
+  auth with the home's secret), starting on a socket bound before the fork. It builds its
+  versioned routes on its first request, which takes seconds of CPU (more on a busy machine),
+  so it says when that is done and no task starts before (:meth:`ApiServer.wait_ready`): a
+  task whose first request waited behind that build timed out and died before its step began;
 - each task gets a supervisor process (``supervise_task``) that forks the task process; the
   task runs in its process's main thread, so ``execution_timeout`` works.
+
+No child outlives the runner, whatever ends it: each child runs in a session of its own (a
+Ctrl-C at the terminal reaches only the runner, which stops the run in order), and has a parent
+death signal. A supervisor is a child subreaper and kills its whole tree when the runner dies;
+its task process gets SIGKILL when the supervisor dies.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import logging
 import os
+import select
 import signal
 import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.runner.proctree import become_subreaper, kill_tree, set_parent_death_signal
+
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
+RUNNER_GONE = signal.SIGRTMIN + 2
+"""The parent death signal of a supervisor: it kills the supervisor's whole tree."""
+
+_READY = b"r"
+_REASON_LIMIT = 2000
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGTERM this child when the runner dies, so no server outlives it."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+class ApiServerError(RuntimeError):
+    """Raised when the Execution API server ends, or is not ready in time."""
 
 
-def _quiet_child_stdio(log_file: Path | None = None) -> None:
+def _detach_from_runner(death_signal: int) -> None:  # pragma: no cover - runs in the child
+    """Leave the runner's session (no terminal signals) and die when the runner dies."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    with contextlib.suppress(OSError):
+        os.setsid()
+    parent = os.getppid()
+    set_parent_death_signal(death_signal)
+    if os.getppid() != parent:  # the runner died before the death signal was set
+        os._exit(1)
+
+
+def _quiet_child_stdio(log_file: Path | None = None) -> None:  # pragma: no cover - runs in the child
     """Children never write to the runner's stdout or stderr (the progress lines and ``--json``).
 
     Their own output goes to ``log_file`` (the task logs themselves are written by Airflow).
@@ -56,13 +80,17 @@ class ApiServer:
 
     pid: int
     port: int
+    ready_fd: int
+    log_file: Path | None = None
+    ready: bool = False
+    reaped: bool = False
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/execution/"
 
     @classmethod
-    def start(cls) -> ApiServer:
+    def start(cls, log_file: Path | None = None) -> ApiServer:
         """Fork the server; return at once (the socket is already listening)."""
         _require_single_thread("start the Execution API server")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -70,19 +98,49 @@ class ApiServer:
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         port = sock.getsockname()[1]
+        read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             code = 0
             try:
-                _die_with_parent()
-                _quiet_child_stdio()
-                _serve(sock, port)
+                os.close(read_fd)
+                _detach_from_runner(signal.SIGKILL)
+                _quiet_child_stdio(log_file)
+                _serve(sock, port, write_fd)
             except BaseException:
+                traceback.print_exc()
                 code = 1
             finally:
                 os._exit(code)
+        os.close(write_fd)
         sock.close()
-        return cls(pid=pid, port=port)
+        return cls(pid=pid, port=port, ready_fd=read_fd, log_file=log_file)
+
+    def wait_ready(self, timeout: float, *, stop: Any = None) -> None:
+        """Block until the server has built its routes; raise :class:`ApiServerError` if it cannot.
+
+        :param stop: a callable; waiting ends early (without error) when it returns True.
+        """
+        deadline = time.monotonic() + timeout
+        while not self.ready:
+            if stop is not None and stop():
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ApiServerError(
+                    f"the Execution API server was not ready after {timeout:.0f} s (see {self.log_file})"
+                )
+            readable, _, _ = select.select([self.ready_fd], [], [], min(remaining, 0.1))
+            if readable:
+                if os.read(self.ready_fd, 1) != _READY:
+                    raise ApiServerError(f"the Execution API server ended at start-up (see {self.log_file})")
+                self.ready = True
+
+    def kill(self) -> None:
+        """SIGKILL the server unless it was already reaped (safe in a signal handler)."""
+        if not self.reaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """Stop the server process and reap it.
@@ -90,13 +148,17 @@ class ApiServer:
         It is killed outright: every task has ended by now, each request it served was committed,
         and uvicorn's graceful shutdown would wait seconds for idle keep-alive connections.
         """
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+        if self.reaped:
+            return
+        self.kill()
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+        self.reaped = True
+        with contextlib.suppress(OSError):
+            os.close(self.ready_fd)
 
 
-def _serve(sock: socket.socket, port: int) -> None:  # pragma: no cover - runs in the child
+def _serve(sock: socket.socket, port: int, ready_fd: int) -> None:  # pragma: no cover - runs in the child
     import uvicorn
     from airflow.api_fastapi.app import create_app
 
@@ -104,21 +166,42 @@ def _serve(sock: socket.socket, port: int) -> None:  # pragma: no cover - runs i
     server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on", access_log=False))
 
     def warm_up() -> None:
-        # The API builds its versioned routes on the first request (seconds of CPU): do it
-        # now, while the runner is still writing the DAG and its run to the database.
+        # The API builds its versioned routes on the first request: make that request now,
+        # while the runner is still writing the DAG and its run, and say when it is done.
         import httpx
 
         while not server.started:
             time.sleep(0.01)
-        with contextlib.suppress(Exception):
-            httpx.get(f"http://127.0.0.1:{port}/execution/health", timeout=60)
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/execution/health", timeout=600).is_success:
+                    break
+            time.sleep(0.1)
+        os.write(ready_fd, _READY)
+        os.close(ready_fd)
 
     threading.Thread(target=warm_up, daemon=True).start()
     server.run(sockets=[sock])
 
 
+@dataclass
+class TaskProcess:
+    """One running supervisor: its task instance and the pipe it reports a start-up failure on."""
+
+    key: Any
+    reason_fd: int
+    reason: str = field(default="")
+
+    def read_reason(self) -> str:
+        with contextlib.suppress(OSError):
+            self.reason = os.read(self.reason_fd, _REASON_LIMIT).decode("utf-8", "replace").strip()
+        with contextlib.suppress(OSError):
+            os.close(self.reason_fd)
+        return self.reason
+
+
 class TaskProcesses:
-    """Start a supervisor process per task instance and collect their exit codes."""
+    """Start a supervisor process per task instance, collect their exit codes, kill their trees."""
 
     def __init__(
         self, api: ApiServer, dag_rel_path: Path, bundle_name: str, log_file: Path | None = None
@@ -127,7 +210,7 @@ class TaskProcesses:
         self.log_file = log_file
         self.dag_rel_path = dag_rel_path
         self.bundle_name = bundle_name
-        self.running: dict[int, Any] = {}
+        self.running: dict[int, TaskProcess] = {}
         self._generator: Any = None
 
     def _jwt_generator(self) -> Any:
@@ -154,37 +237,95 @@ class TaskProcesses:
             bundle_info=BundleInfo(name=self.bundle_name, version=None),
         )
         _require_single_thread("start a task")
+        read_fd, write_fd = os.pipe()
         gc.freeze()  # forked children share this heap and skip collecting it when they exit
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             code = 1
             try:
-                _die_with_parent()
+                os.close(read_fd)
+                _become_supervisor()
                 _quiet_child_stdio(self.log_file)
                 _log_tasks_at_info()
                 code = _supervise(workload, self.api.url)
+            except BaseException as exc:
+                # The task never reported back: say why, for the step's error and its retry line.
+                traceback.print_exc()
+                with contextlib.suppress(OSError):
+                    os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:_REASON_LIMIT])
             finally:
                 os._exit(code)
-        self.running[pid] = ti.key
+        os.close(write_fd)
+        # Never block on it: a process the task forked may still hold the pipe's other end.
+        os.set_blocking(read_fd, False)
+        self.running[pid] = TaskProcess(ti.key, read_fd)
 
-    def reap(self) -> list[tuple[Any, int]]:
-        """Return ``(ti_key, exit_code)`` for every supervisor that has ended."""
+    def reap(self) -> list[tuple[TaskProcess, int]]:
+        """Return ``(process, exit_code)`` for every supervisor that has ended."""
         ended = []
         for pid in list(self.running):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                ended.append((self.running.pop(pid), os.waitstatus_to_exitcode(status)))
+                process = self.running.pop(pid)
+                process.read_reason()
+                ended.append((process, os.waitstatus_to_exitcode(status)))
         return ended
 
-    def stop_all(self) -> None:
-        """Terminate every running supervisor (its task process group goes with it)."""
+    def kill_all(self) -> None:
+        """SIGKILL every running supervisor with its whole tree, at once (safe in a signal handler)."""
         for pid in list(self.running):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        for pid in list(self.running):
+            kill_tree(pid)
+
+    def stop_all(self) -> list[TaskProcess]:
+        """Kill every running supervisor's tree and reap the supervisors; return what was running."""
+        self.kill_all()
+        stopped = []
+        for pid, process in list(self.running.items()):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+            with contextlib.suppress(OSError):
+                os.close(process.reason_fd)
+            stopped.append(process)
         self.running.clear()
+        return stopped
+
+
+def _become_supervisor() -> None:  # pragma: no cover - runs in the child
+    """Set up a supervisor process so that nothing its task starts can outlive the runner.
+
+    It adopts its orphaned descendants, kills its whole tree when the runner dies, and gives
+    the task process it forks (through Airflow's ``os.fork``) SIGKILL as parent death signal.
+    """
+    _detach_from_runner(RUNNER_GONE)
+    become_subreaper()
+    supervisor = os.getpid()
+
+    def runner_gone(signum: int, frame: Any) -> None:
+        if os.getpid() == supervisor:
+            kill_tree(supervisor, include_root=False)
+            os._exit(1)
+
+    signal.signal(RUNNER_GONE, runner_gone)
+    forking: list[int] = []
+    os.register_at_fork(
+        before=lambda: forking.append(os.getpid()),
+        after_in_parent=lambda: forking.clear(),
+        after_in_child=lambda: _task_process_dies_with(supervisor, forking.pop() if forking else None),
+    )
+
+
+def _task_process_dies_with(supervisor: int, parent: int | None) -> None:  # pragma: no cover - in the child
+    """In a process the supervisor forked (its task process), die by SIGKILL with the supervisor.
+
+    Only the supervisor's own forks: the hook is inherited by the task process, whose forks (a
+    tool's ``multiprocessing``, say) are left alone, since the signal would follow the forking
+    thread, not the process.
+    """
+    if parent != supervisor:
+        return
+    set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != supervisor:
+        os._exit(1)  # the supervisor died between the fork and the death signal
 
 
 def _log_tasks_at_info() -> None:  # pragma: no cover - runs in the child

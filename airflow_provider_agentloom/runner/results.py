@@ -38,6 +38,14 @@ class RunResultCollector:
         self.logs_folder = logs_folder
         self._reported: dict[str, tuple[str, int]] = {}
         self._step_of_task = {run_context.task_id(sid): sid for sid in run_context.graph.steps}
+        self._lost: dict[tuple[str, int], str] = {}
+        self.interrupted: str | None = None
+        """Why the run was stopped (``interrupted by SIGINT (Ctrl-C)``), once it was."""
+
+    def note_lost(self, task_id: str, try_number: int, reason: str, log_file: Path | None = None) -> None:
+        """Remember why an attempt ended without a result (its task never reported back)."""
+        where = f"; see {log_file}" if log_file is not None else ""
+        self._lost[(task_id, try_number)] = f"the task ended without a result: {reason}{where}"
 
     def report(self, session: Any, tis: list[Any]) -> None:
         """Call the progress callback for every step that ended or retried since the last call."""
@@ -97,6 +105,8 @@ class RunResultCollector:
             ),
         )
         status, error = self._run_status(results, failures, paused)
+        if self.interrupted is not None:
+            status, error = WorkflowStatus.FAILED, f"Run {self.interrupted}"
         if budget and status != WorkflowStatus.FAILED:
             status, error = WorkflowStatus.BUDGET_EXCEEDED, next(iter(budget.values()))
         usage = sum((r.token_usage for r in results.values()), TokenUsage())
@@ -148,8 +158,13 @@ class RunResultCollector:
                 error = f"skipped due to upstream failure: {cause}"
             else:
                 error = "skipped due to upstream failure"
+        elif self.interrupted is not None and not error and status in (StepStatus.FAILED, StepStatus.SKIPPED):
+            error = self.interrupted if status == StepStatus.FAILED else f"not run: run {self.interrupted}"
         elif status == StepStatus.FAILED and not error:
-            error = "the task failed before the step started (see the task log)"
+            error = self._lost.get(
+                (ti.task_id, int(ti.try_number or 0)),
+                "the task failed before the step started (see the task log)",
+            )
         return StepResult(
             step_id=step_id,
             status=status,
@@ -183,9 +198,22 @@ def _is_budget_error(error: str | None) -> bool:
 
 
 def _xcom(session: Any, ti: Any, key: str) -> Any:
+    return read_xcom(session, run_id=ti.run_id, dag_id=ti.dag_id, task_id=ti.task_id, key=key)
+
+
+def read_xcom(session: Any, *, run_id: str, dag_id: str, task_id: str, key: str = "return_value") -> Any:
+    """An XCom value as the task that pulls it sees it (None when there is none).
+
+    Not ``XComModel.deserialize_value``: tasks write XComs through the Execution API, which
+    stores the value as JSON, so the row's ``value`` is already the value. That method decodes
+    it a second time: a step output that is the text ``42`` would come back as the number 42,
+    ``null`` as None. A task's ``xcom_pull`` gets the row's value and applies only the Task
+    SDK's ``serde.deserialize``, as done here.
+    """
     from airflow.models.xcom import XComModel
+    from airflow.sdk.serde import deserialize
 
     row = session.scalars(
-        XComModel.get_many(run_id=ti.run_id, dag_ids=ti.dag_id, task_ids=ti.task_id, key=key)
+        XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids=task_id, key=key)
     ).first()
-    return XComModel.deserialize_value(row) if row is not None else None
+    return deserialize(row.value) if row is not None else None

@@ -1,0 +1,159 @@
+"""Helpers of the runner hardening tests: CLI processes, CPU hogs, and finding processes by a marker."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from cli_support import CLI, cli_env
+
+MARKER_VARIABLE = "AGENTLOOM_TEST_MARKER"
+
+
+def new_marker() -> str:
+    """A number no other process has in its command line or environment (``sleep <marker>``: ~20 min)."""
+    return f"1200.{secrets.randbelow(10**12):012d}"
+
+
+def processes_with(marker: str) -> list[int]:
+    """The live processes (not zombies, not this one) whose command line or environment holds ``marker``."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                if stat.read().rpartition(b")")[2].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline, open(f"/proc/{entry}/environ", "rb") as env:
+                if needle in cmdline.read() or needle in env.read():
+                    found.append(int(entry))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def kill_marked(marker: str) -> list[int]:
+    """SIGKILL whatever still carries ``marker`` (a test's last line of defence, after its assertions)."""
+    left = processes_with(marker)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+class CliRun:
+    """``agentloom ARGS`` started in a session of its own (as a shell starts a foreground job).
+
+    Every process of the run inherits ``AGENTLOOM_TEST_MARKER``; on leaving, anything left with
+    the marker is killed, so a failing test leaves nothing behind either.
+    """
+
+    def __init__(
+        self, *args: str, home: Path, cwd: Path, python_path: tuple[Path, ...] = (), marker: str | None = None
+    ) -> None:
+        self.marker = marker or new_marker()
+        env = cli_env(home, *python_path, **{MARKER_VARIABLE: self.marker})
+        self.process = subprocess.Popen(
+            [*CLI, *args],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.stdout = ""
+        self.stderr = ""
+
+    def ctrl_c(self) -> None:
+        """What a terminal does on Ctrl-C: SIGINT to the foreground process group."""
+        os.killpg(self.process.pid, signal.SIGINT)
+
+    def finish(self, timeout: float) -> int:
+        """Wait for the CLI to exit; return its exit code (kill it and fail after ``timeout``)."""
+        try:
+            self.stdout, self.stderr = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.stdout, self.stderr = self.process.communicate()
+            raise AssertionError(f"the CLI did not exit within {timeout} s:\n{self.stderr[-3000:]}") from None
+        return self.process.returncode
+
+    def document(self) -> dict[str, Any]:
+        """The one JSON document the CLI printed on stdout."""
+        return json.loads(self.stdout)
+
+    def __enter__(self) -> CliRun:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+        kill_marked(self.marker)
+
+
+_HOG = """
+import os, sys, time
+deadline, parent = time.monotonic() + float(sys.argv[1]), int(sys.argv[2])
+while time.monotonic() < deadline and os.getppid() == parent:
+    pass
+"""
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int, seconds: float) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` busy-looping processes; each stops by itself after ``seconds`` (or if we die)."""
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", _HOG, str(seconds), str(os.getpid())]) for _ in range(count)
+    ]
+    try:
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait()
+
+
+def home_rows(home: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows of a query on the runner home's SQLite database (read-only)."""
+    connection = sqlite3.connect(f"file:{home / 'airflow.db'}?mode=ro", uri=True, timeout=30)
+    try:
+        return connection.execute(query, params).fetchall()
+    finally:
+        connection.close()
+
+
+def run_states(home: Path, dag_id: str) -> dict[str, str]:
+    """``{run_id: state}`` of a DAG's runs in the home."""
+    return dict(home_rows(home, "SELECT run_id, state FROM dag_run WHERE dag_id = ?", dag_id))
+
+
+def task_states(home: Path, run_id: str) -> dict[str, str | None]:
+    """``{task_id: state}`` of one DAG run's task instances."""
+    return dict(home_rows(home, "SELECT task_id, state FROM task_instance WHERE run_id = ?", run_id))

@@ -1,0 +1,218 @@
+"""Ctrl-C, ``kill`` and ``kill -9`` of a run: no step goes on running, and the DAG run ends failed.
+
+Each run has two running steps: a ``shell_command`` sleeping, and a custom tool that started a
+process in a new session and a double-forked daemon before sleeping. Every process of the run
+carries a marker (in its environment, and the sleeps in their command line); after the run,
+none may be left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+import runner_tools
+from runner_support import CliRun, new_marker, processes_with, run_states, task_states, wait_for
+
+from airflow_provider_agentloom import WorkflowEngine, run_workflow
+from airflow_provider_agentloom.runner import RunInterrupted
+from airflow_provider_agentloom.tools import ToolRegistry
+from airflow_provider_agentloom.tools.builtins import register_builtins
+from airflow_provider_agentloom.workflow.parser import WorkflowParser
+
+HERE = Path(__file__).resolve().parent
+
+
+def _two_running_steps(folder: Path, marker: str, name: str) -> None:
+    (folder / "flow.yaml").write_text(
+        f"name: {name}\nconfig: {{max_concurrent_steps: 4}}\nsteps:\n"
+        f"  - {{id: sleeper, type: tool, tool_name: shell_command,"
+        f" tool_args: {{command: 'echo up > sleeper.started; sleep {marker}', timeout: 1300}}}}\n"
+        f"  - {{id: holder, type: tool, tool_name: hold, tool_args: {{marker: '{marker}', tag: holder}}}}\n"
+        "  - {id: after, type: tool, depends_on: [sleeper, holder], tool_name: shell_command,"
+        " tool_args: {command: 'echo never'}}\n",
+        encoding="utf-8",
+    )
+
+
+def _start(folder: Path, home: Path, name: str = "interrupted") -> CliRun:
+    """Start the run; the sleeps carry its marker in their command line, the rest in their environment."""
+    marker = new_marker()
+    _two_running_steps(folder, marker, name)
+    cli = CliRun(
+        "run",
+        "flow.yaml",
+        "--json",
+        "--tools",
+        "runner_tools",
+        home=home,
+        cwd=folder,
+        python_path=(HERE,),
+        marker=marker,
+    )
+    _wait_until_both_steps_run(folder, cli)
+    return cli
+
+
+def _wait_until_both_steps_run(folder: Path, cli: CliRun) -> None:
+    def running() -> bool:
+        if cli.process.poll() is not None:
+            raise AssertionError(f"the run ended early:\n{cli.process.communicate()[1][-3000:]}")
+        return (folder / "sleeper.started").exists() and (folder / "holder.pids").exists()
+
+    wait_for(running, 90, "both steps to run")
+    wait_for(lambda: len(processes_with(cli.marker)) >= 3, 10, "the step processes to start")
+
+
+def _nothing_left(marker: str) -> None:
+    wait_for(lambda: not processes_with(marker), 3, f"the run's processes to end: {processes_with(marker)}")
+
+
+def _run_id(home: Path, dag_id: str = "interrupted") -> str:
+    (run_id,) = run_states(home, dag_id)
+    return run_id
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("send", "signal_name", "exit_code"),
+    [("ctrl_c", "SIGINT (Ctrl-C)", 130), ("terminate", "SIGTERM", 143)],
+)
+def test_a_signal_stops_the_run_kills_every_step_tree_and_fails_the_run(
+    tmp_path: Path, send: str, signal_name: str, exit_code: int
+) -> None:
+    with _start(tmp_path, tmp_path / "home") as cli:
+        sent = time.monotonic()
+        if send == "ctrl_c":
+            cli.ctrl_c()
+        else:
+            cli.process.terminate()  # what `kill PID` does
+        assert cli.finish(timeout=30) == exit_code, cli.stderr[-3000:]
+        stopped_in = time.monotonic() - sent
+        _nothing_left(cli.marker)
+    assert stopped_in < 5, stopped_in
+    document = cli.document()
+    assert document["status"] == "failed"
+    assert document["error"] == f"Run interrupted by {signal_name}"
+    steps = document["step_results"]
+    for running in ("sleeper", "holder"):
+        assert (steps[running]["status"], steps[running]["error"]) == (
+            "failed",
+            f"interrupted by {signal_name}",
+        )
+    assert steps["after"]["status"] == "skipped"
+    assert steps["after"]["error"] == f"not run: run interrupted by {signal_name}"
+    home = tmp_path / "home"
+    run_id = _run_id(home)
+    assert run_states(home, "interrupted") == {run_id: "failed"}
+    assert task_states(home, run_id) == {"sleeper": "failed", "holder": "failed", "after": "skipped"}
+    assert not list((home / "runs").glob("*.json"))  # nothing for the next run to clean up
+
+
+@pytest.mark.timeout(120)
+def test_a_second_ctrl_c_exits_at_once_and_leaves_no_process(tmp_path: Path) -> None:
+    with _start(tmp_path, tmp_path / "home") as cli:
+        cli.ctrl_c()
+        cli.ctrl_c()
+        assert cli.finish(timeout=30) == 130, cli.stderr[-3000:]
+        _nothing_left(cli.marker)
+    document = cli.document()  # still one JSON document
+    assert document["status"] == "failed"
+    assert "interrupted" in document["error"]
+    home = tmp_path / "home"
+    run_id = _run_id(home)
+    # Either the run was marked failed, or its record is left for the next run on the home.
+    assert run_states(home, "interrupted")[run_id] == "failed" or (home / "runs" / f"{run_id}.json").exists()
+
+
+@pytest.mark.timeout(120)
+def test_kill_9_of_the_runner_kills_its_steps_and_the_next_run_fails_the_dead_run(workdir: Path) -> None:
+    home = Path(os.environ["AGENTLOOM_HOME"])  # the session's home: the next run is in this process
+    with _start(workdir, home, name="killed") as cli:
+        holder_pids = [int(pid) for pid in (workdir / "holder.pids").read_text().split()]
+        cli.process.kill()
+        cli.finish(timeout=10)
+        _nothing_left(cli.marker)
+        for pid in holder_pids:  # the task process, its supervisor and its detached child
+            assert _is_gone(pid)
+    run_id = _run_id(home, "killed")
+    assert run_states(home, "killed") == {run_id: "running"}  # nobody could mark it
+    assert (home / "runs" / f"{run_id}.json").exists()
+    quick = WorkflowParser.from_yaml(
+        "name: quick\nsteps:\n  - {id: q, type: tool, tool_name: shell_command, tool_args: {command: 'echo q'}}\n"
+    )
+    assert run_workflow(quick).status == "success"
+    assert run_states(home, "killed") == {run_id: "failed"}
+    assert task_states(home, run_id) == {"sleeper": "failed", "holder": "failed", "after": "skipped"}
+    assert not (home / "runs" / f"{run_id}.json").exists()
+
+
+@pytest.mark.timeout(120)
+def test_python_api_on_ctrl_c_cleans_up_marks_the_run_failed_and_reraises(workdir: Path) -> None:
+    marker = new_marker()
+    workflow = WorkflowParser.from_yaml(
+        "name: api-interrupted\nconfig: {max_concurrent_steps: 4}\nsteps:\n"
+        f"  - {{id: sleeper, type: tool, tool_name: shell_command,"
+        f" tool_args: {{command: 'echo up > sleeper.started; sleep {marker}', timeout: 1300}}}}\n"
+        f"  - {{id: stopper, type: tool, tool_name: interrupt_runner,"
+        f" tool_args: {{runner_pid: {os.getpid()}, wait_for_file: sleeper.started}}}}\n"
+    )
+    handler_before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(RunInterrupted) as caught:
+        run_workflow(workflow, tools=[runner_tools.interrupt_runner])
+    assert isinstance(caught.value, KeyboardInterrupt)
+    assert signal.getsignal(signal.SIGINT) is handler_before
+    result = caught.value.result
+    assert (result.status, result.error) == ("failed", "Run interrupted by SIGINT (Ctrl-C)")
+    assert {sid: step.status for sid, step in result.step_results.items()} == {
+        "sleeper": "failed",
+        "stopper": "failed",
+    }
+    task_pid, supervisor_pid = map(int, (workdir / "interrupt.pids").read_text().split())
+    wait_for(lambda: not processes_with(marker), 3, "the shell command to end")
+    for pid in (task_pid, supervisor_pid):
+        assert _is_gone(pid)
+    home = Path(os.environ["AGENTLOOM_HOME"])
+    assert run_states(home, "api-interrupted")[result.run_id] == "failed"
+
+
+@pytest.mark.timeout(120)
+def test_cancelling_workflow_engine_run_stops_the_run_and_marks_it_failed(workdir: Path) -> None:
+    marker = new_marker()
+    workflow = WorkflowParser.from_yaml(
+        "name: engine-cancelled\nsteps:\n"
+        f"  - {{id: sleeper, type: tool, tool_name: shell_command,"
+        f" tool_args: {{command: 'echo up > sleeper.started; sleep {marker}', timeout: 1300}}}}\n"
+    )
+    registry = ToolRegistry()
+    register_builtins(registry, base_dir=str(workdir))
+    cancelled_after: list[float] = []
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(WorkflowEngine(workflow=workflow, tool_registry=registry).run)
+            while not (workdir / "sleeper.started").exists():
+                await anyio.sleep(0.05)
+            started = time.monotonic()
+            group.cancel_scope.cancel()
+        cancelled_after.append(time.monotonic() - started)
+
+    anyio.run(main)
+    assert cancelled_after[0] < 5  # the cancellation waited for the run to stop, not to end
+    assert not processes_with(marker)
+    home = Path(os.environ["AGENTLOOM_HOME"])
+    (state,) = run_states(home, "engine-cancelled").values()
+    assert state == "failed"
+
+
+def _is_gone(pid: int) -> bool:
+    """The process has ended (a zombie has: it only waits for its parent to read its status)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+    except OSError:
+        return True
