@@ -72,7 +72,9 @@ from airflow_provider_agentloom.llm.gateway import ProviderGateway
 from airflow_provider_agentloom.llm.http_provider import HTTPProvider
 from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.llm.recording import RecordingProvider
+from airflow_provider_agentloom.operators.masking import register_secret
 from airflow_provider_agentloom.tools._network import display_url
+from airflow_provider_agentloom.workflow.redaction import Mask
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -226,11 +228,11 @@ def settings_from_connection(conn: Connection, conn_id: str) -> LLMSettings:
     raw_vendor = extra.get("vendor") or _implied_vendor(conn_id, getattr(conn, "conn_type", None))
     vendor = normalize_vendor(str(raw_vendor), source=f"connection {conn_id!r}")
     api_key = str(getattr(conn, "password", None) or "")
-    _mask(api_key)
+    register_secret(api_key)
     headers = _headers(extra.get("extra_headers"), conn_id)
     for name, value in headers.items():
         if any(word in name.lower() for word in _SENSITIVE_HEADER_WORDS):
-            _mask(value)
+            register_secret(value)
     default_model = extra.get("default_model")
     return LLMSettings(
         vendor=vendor,
@@ -348,18 +350,6 @@ def provider_from_settings(settings: LLMSettings) -> LLMProvider:
     return provider
 
 
-def _mask(secret: str) -> None:
-    """Register ``secret`` with Airflow's log masker (task logs); a no-op outside Airflow's logging."""
-    if len(secret) < 5:
-        return
-    try:
-        from airflow.sdk.log import mask_secret
-
-        mask_secret(secret)
-    except Exception:  # masking is best effort; the key is never logged by this module anyway
-        log.debug("Could not register a secret with Airflow's log masker")
-
-
 # -- mock ---------------------------------------------------------------------------------------
 
 
@@ -413,7 +403,7 @@ def _env_settings(vendor: str, env: Mapping[str, str]) -> LLMSettings | None:
     base_url = env.get(url_var, "").strip()
     if not api_key and not base_url:
         return None
-    _mask(api_key)
+    register_secret(api_key)
     names = " and ".join(n for n, v in ((key_var, api_key), (url_var, base_url)) if n and v)
     return LLMSettings(vendor=vendor, origin=f"environment ({names})", api_key=api_key, base_url=base_url)
 
@@ -497,12 +487,16 @@ def _serves_any_model(provider: LLMProvider) -> bool:
     return provider.base_url.rstrip("/") != type(provider).default_base_url.rstrip("/")
 
 
-def _wrap_recording(gateway: ProviderGateway, record_path: str, base_dir: Path, record_tools: bool) -> None:
+def _wrap_recording(
+    gateway: ProviderGateway, record_path: str, base_dir: Path, record_tools: bool, mask: Mask | None
+) -> None:
     path = Path(record_path).expanduser()
     if not path.is_absolute():
         path = Path(base_dir) / path
     try:
-        gateway.wrap_providers(lambda provider: RecordingProvider(provider, path, record_tools=record_tools))
+        gateway.wrap_providers(
+            lambda provider: RecordingProvider(provider, path, record_tools=record_tools, mask=mask)
+        )
     except FixtureError as exc:
         raise StepError(str(exc), retryable=False) from None
     log.info("Recording model replies into %s%s", path, " (with tool results)" if record_tools else "")
@@ -519,6 +513,7 @@ def build_gateway(
     record_tools: bool = False,
     workflow_source: str | None = None,
     env: Mapping[str, str] | None = None,
+    mask: Mask | None = None,
 ) -> tuple[ProviderGateway, str | None]:
     """Return the gateway of an LLM step and the connection's default model (or None).
 
@@ -531,6 +526,7 @@ def build_gateway(
     :param record_tools: also record the results of the model's tool calls.
     :param workflow_source: the workflow file, for relative fixture paths.
     :param env: the environment variables to read (default ``os.environ``).
+    :param mask: masks secrets out of what the recording keeps (the task's ``TaskSecrets.mask``).
 
     See the module docstring for the policy. Configuration problems raise a non-retryable
     ``StepError``; a connection store that cannot be reached raises a retryable one.
@@ -547,5 +543,5 @@ def build_gateway(
     else:
         gateway, model_override = _connected_gateway(conn_id, primary, environ)
     if record_path:
-        _wrap_recording(gateway, record_path, base_dir, record_tools)
+        _wrap_recording(gateway, record_path, base_dir, record_tools, mask)
     return gateway, model_override

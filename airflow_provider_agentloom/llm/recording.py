@@ -24,6 +24,7 @@ from airflow_provider_agentloom.llm.fixtures import (
 )
 from airflow_provider_agentloom.llm.telemetry import telemetry
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord
+from airflow_provider_agentloom.workflow.redaction import Mask
 
 try:  # POSIX: serialise concurrent writers (Airflow runs tasks as separate processes)
     import fcntl
@@ -48,8 +49,8 @@ class _RecordingFile:
         self._by_call_id: dict[str, dict[str, Any]] = {}
         self._read()  # fail early on a file we would not be able to merge with
 
-    def add(self, request: ChatRequest, entry: FixtureEntry) -> None:
-        data = entry.to_json()
+    def add(self, request: ChatRequest, entry: FixtureEntry, data: dict[str, Any]) -> None:
+        """Record ``data`` (``entry`` as JSON, masked) as the reply to ``request``."""
         with self._lock:
             step_id = request.step_id
             if step_id:
@@ -64,16 +65,14 @@ class _RecordingFile:
                 self._by_call_id[call.id] = data
             self._flush()
 
-    def add_tool_result(self, record: ToolCallRecord) -> bool:
+    def add_tool_result(self, record: ToolCallRecord, mask: Mask) -> bool:
         with self._lock:
             data = self._by_call_id.get(record.id)
             if data is None:
                 return False
-            data.setdefault("tool_results", {})[record.id] = {
-                "name": record.name,
-                "result": record.result,
-                "error": record.error,
-            }
+            data.setdefault("tool_results", {})[record.id] = mask(
+                {"name": record.name, "result": record.result, "error": record.error}
+            )
             self._flush()
             return True
 
@@ -110,6 +109,10 @@ class _RecordingFile:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
+
+
+def _unmasked(value: Any) -> Any:
+    return value
 
 
 @contextlib.contextmanager
@@ -154,10 +157,20 @@ class RecordingProvider(LLMProvider):
     :param wrapped: the provider that really answers.
     :param output_path: the fixture file to write.
     :param record_tools: also record the results of the model's tool calls.
+    :param mask: applied to each entry before it is written, so a recording (which users commit)
+        keeps no secret a reply or a tool result echoed (a task passes ``TaskSecrets.mask``).
     """
 
-    def __init__(self, wrapped: LLMProvider, output_path: str | Path, record_tools: bool = False) -> None:
+    def __init__(
+        self,
+        wrapped: LLMProvider,
+        output_path: str | Path,
+        record_tools: bool = False,
+        *,
+        mask: Mask | None = None,
+    ) -> None:
         self.wrapped = wrapped
+        self.mask: Mask = mask or _unmasked
         self.name = wrapped.name
         self.vendor = wrapped.vendor
         self.output_path = Path(output_path)
@@ -185,13 +198,14 @@ class RecordingProvider(LLMProvider):
 
     def _capture(self, request: ChatRequest, response: ChatResponse, started: float) -> None:
         seconds = time.perf_counter() - started
-        self._file.add(request, FixtureEntry.from_response(response, latency_ms=seconds * 1000.0))
+        entry = FixtureEntry.from_response(response, latency_ms=seconds * 1000.0)
+        self._file.add(request, entry, self.mask(entry.to_json()))
         telemetry().record_capture(response.provider or self.name, response.model or request.model, seconds)
 
     async def record_tool_call(self, record: ToolCallRecord) -> None:
         """Store a tool call's result under the recorded reply that asked for it (with ``record_tools``)."""
         if self.record_tools and not record.replayed:
-            self._file.add_tool_result(record)
+            self._file.add_tool_result(record, self.mask)
 
     async def aclose(self) -> None:
         await self.wrapped.aclose()

@@ -16,6 +16,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
 from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceededError
+from airflow_provider_agentloom.operators.masking import TaskSecrets
 from airflow_provider_agentloom.workflow.results import StepMeta, StepStatus, TokenUsage
 from airflow_provider_agentloom.workflow.state import initial_state, rebuild_state, state_sources
 from airflow_provider_agentloom.workflow.storable import storable_output
@@ -56,6 +57,14 @@ class AgentLoomStepOperator(BaseOperator):
         super().__init__(**kwargs)
         self.step = step
         self.run_context = run_context
+        self._secrets: TaskSecrets | None = None
+
+    @property
+    def secrets(self) -> TaskSecrets:
+        """The secrets this task run must not let out (see :mod:`.masking`)."""
+        if self._secrets is None:
+            self._secrets = TaskSecrets(self.run_context.workflow)
+        return self._secrets
 
     def execute(self, context: Context) -> Any:
         started = time.monotonic()
@@ -75,8 +84,9 @@ class AgentLoomStepOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from None
         try:
             state = self.read_state(context)
+            self._secrets = TaskSecrets(self.run_context.workflow, state)
             outcome = self.execute_step(context, state)
-            output = storable_output(outcome.output, self.step.id, self.log)
+            output = self.secrets.mask(storable_output(outcome.output, self.step.id, self.log))
         except AirflowTaskTimeout:
             meta.status = StepStatus.TIMEOUT
             meta.error = f"Step {self.step.id!r} timed out after {self.step.timeout}s"
@@ -87,7 +97,7 @@ class AgentLoomStepOperator(BaseOperator):
             self._push_meta(context, meta, started)
             self.log.error("Step %s failed: %s", self.step.id, exc)
             if not exc.retryable:
-                raise AirflowFailException(str(exc)) from None
+                raise AirflowFailException(self.secrets.mask_text(str(exc))) from None
             raise
         except Exception as exc:
             if _is_control_flow(exc):
@@ -152,7 +162,7 @@ class AgentLoomStepOperator(BaseOperator):
 
     def _push_meta(self, context: Context, meta: StepMeta, started: float) -> None:
         meta.duration_ms = round((time.monotonic() - started) * 1000, 3)
-        context["ti"].xcom_push(key=META_KEY, value=meta.model_dump(mode="json"))
+        context["ti"].xcom_push(key=META_KEY, value=self.secrets.mask(meta.model_dump(mode="json")))
 
 
 def _is_control_flow(exc: BaseException) -> bool:

@@ -18,6 +18,7 @@ from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.models import Workflow
+from airflow_provider_agentloom.workflow.redaction import Mask
 
 _UNSAFE_ID = re.compile(r"[^\w.-]")
 
@@ -142,8 +143,11 @@ class WorkflowRunContext:
             registry.register(item, replace=True)
         return registry
 
-    def gateway(self, base_dir: Path) -> tuple[Any, str | None]:
-        """The model gateway of an LLM step and the connection's default model (if any)."""
+    def gateway(self, base_dir: Path, *, mask: Mask | None = None) -> tuple[Any, str | None]:
+        """The model gateway of an LLM step and the connection's default model (if any).
+
+        :param mask: masks the task's secrets out of what a ``--record`` file keeps.
+        """
         if self.provider_gateway is not None:
             return self.provider_gateway, None
         from airflow_provider_agentloom.hooks.llm import build_gateway
@@ -158,6 +162,7 @@ class WorkflowRunContext:
             record_path=self.llm.record_path,
             record_tools=self.llm.record_tools,
             workflow_source=self.workflow.source_path,
+            mask=mask,
         )
 
     def model_for(self, step: Any, connection_model: str | None) -> str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
-from airflow_provider_agentloom.exceptions import BudgetExceededError, StepError
+from airflow_provider_agentloom.exceptions import BudgetExceededError, StepError, ToolError
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome
 from airflow_provider_agentloom.operators.budget import (
     SPEND_KEY,
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_agentloom.llm.base import OnChunk
     from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord, ToolSpec
+    from airflow_provider_agentloom.operators.masking import TaskSecrets
     from airflow_provider_agentloom.tools.registry import ToolRegistry
 
 _REPLY_KEY = "agentloom_reply_{}"
@@ -75,9 +76,9 @@ class ModelStepOperator(AgentLoomStepOperator):
         base_dir = self.run_context.resolve_working_dir(context["run_id"])
         # Connections and options are read here, outside the event loop: in a task each lookup is
         # a request to the task supervisor.
-        gateway, default_model = self.run_context.gateway(base_dir)
+        gateway, default_model = self.run_context.gateway(base_dir, mask=self.secrets.mask)
         registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
-        client: Any = _ReplyCache(gateway, context.get("task_state_store"), self.log)
+        client: Any = _ReplyCache(gateway, context.get("task_state_store"), self.log, self.secrets)
         guard = self._budget_guard(client, context)
         call = _ModelCall(
             prompt, system, state, base_dir, gateway, guard or client, default_model, registry, _tool_limits()
@@ -167,8 +168,15 @@ class ModelStepOperator(AgentLoomStepOperator):
         from airflow_provider_agentloom.llm.loop import run_tool_loop
         from airflow_provider_agentloom.tools.invoke import invoke_tool
 
+        secrets = self.secrets
+
         async def execute(name: str, arguments: dict[str, Any]) -> Any:
-            return await invoke_tool(registry, name, arguments)
+            # What a tool returns or raises goes back to the model: no secret goes with it.
+            try:
+                result = await invoke_tool(registry, name, arguments)
+            except Exception as exc:
+                raise ToolError(secrets.mask_text(str(exc) or type(exc).__name__)) from None
+            return secrets.mask(result)
 
         parallel, per_reply = tool_limits
         result = await run_tool_loop(
@@ -337,12 +345,17 @@ class _ChunkSink:
 
 
 class _ReplyCache:
-    """A chat client that keeps each reply in the task state store and replays them on a retry."""
+    """A chat client that keeps each reply in the task state store and replays them on a retry.
 
-    def __init__(self, client: Any, store: Any, log: Any) -> None:
+    Each reply is masked of the task's secrets as it arrives, before it is kept or read: a model
+    that echoes a key cannot put it into the store, the tool loop, the output or the next step.
+    """
+
+    def __init__(self, client: Any, store: Any, log: Any, secrets: TaskSecrets) -> None:
         self._client = client
         self._store = store
         self._log = log
+        self._secrets = secrets
         self._count = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -364,7 +377,7 @@ class _ReplyCache:
             if kept:
                 self._log.info("Reusing the model reply %s received by an earlier attempt", key)
                 return ChatResponse.model_validate(kept)
-        response: ChatResponse = await call()
+        response = ChatResponse.model_validate(self._secrets.mask((await call()).model_dump(mode="json")))
         if self._store is not None:
             try:
                 self._store.set(key, response.model_dump(mode="json"))

@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow_provider_agentloom.operators.base import META_KEY
 from airflow_provider_agentloom.operators.context import WorkflowRunContext
+from airflow_provider_agentloom.workflow.redaction import redact_state, redacted_key_patterns
 from airflow_provider_agentloom.workflow.results import (
     RunResult,
     StepResult,
@@ -104,6 +105,8 @@ class RunResultCollector:
                 if r.status == StepStatus.SUCCESS
             ),
         )
+        # Step outputs were masked by their tasks; a redacted key's own value is shown as its marker.
+        final_state = redact_state(final_state, redacted_key_patterns(self.ctx.workflow.state_schema))
         status, error = self._run_status(results, failures, paused)
         if self.interrupted is not None:
             status, error = WorkflowStatus.FAILED, f"Run {self.interrupted}"

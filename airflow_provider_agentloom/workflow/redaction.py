@@ -22,12 +22,13 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
 __all__ = [
     "MIN_SECRET_LENGTH",
+    "Mask",
     "REDACT_STATE_KEYS_ENV",
     "SecretMasker",
     "marker",
@@ -40,6 +41,9 @@ REDACT_STATE_KEYS_ENV = "AGENTLOOM_REDACT_STATE_KEYS"
 #: Shorter values are not masked as text: ``abc`` would be masked inside every word that holds it.
 #: Airflow's own log masker uses the same bound (``[logging] min_length_masked_secret``).
 MIN_SECRET_LENGTH = 5
+
+Mask = Callable[[Any], Any]
+"""Returns a JSON-like value with a run's secrets masked (``SecretMasker.mask`` and its callers)."""
 
 
 def marker(secret: Any) -> str:
