@@ -204,3 +204,33 @@ def test_workflow_parser_from_yaml_accepts_a_path_or_text(examples_dir: Path) ->
     from_path = WorkflowParser.from_yaml(str(examples_dir / "01_simple_qa.yaml"))
     from_text = WorkflowParser.from_yaml((examples_dir / "01_simple_qa.yaml").read_text())
     assert from_path.name == from_text.name == "simple-qa"
+
+
+def test_dates_become_iso_strings_and_top_level_ones_keep_their_format() -> None:
+    workflow = parse_workflow_text(
+        "name: x\nstate:\n  day: 2026-01-01\n  at: 2026-01-01 10:30:00\n  zoned: 2026-01-01T10:30:00-05:00\n"
+        "  nested: {list: [2026-02-01]}\nsteps:\n  - {id: a, type: tool, tool_name: t, tool_args: {since: 2026-03-01}}\n"
+    )
+    assert workflow.state == {
+        "day": "2026-01-01",
+        "at": "2026-01-01T10:30:00+00:00",
+        "zoned": "2026-01-01T10:30:00-05:00",
+        "nested": {"list": ["2026-02-01"]},
+    }
+    assert workflow.state_formats == {"day": "date", "at": "date-time", "zoned": "date-time"}
+    assert isinstance(workflow.steps[0], ToolStep)
+    assert workflow.steps[0].tool_args == {"since": "2026-03-01"}
+
+
+def test_typed_dates_of_the_airflow_block_stay_dates() -> None:
+    workflow = parse_workflow_text("name: x\nconfig: {airflow: {start_date: 2026-01-01}}\nsteps: []\n")
+    assert str(workflow.config.airflow.start_date) == "2026-01-01"
+    assert not isinstance(workflow.config.airflow.start_date, str)
+
+
+def test_an_attachment_type_given_as_a_mapping_is_reported() -> None:
+    text = "name: x\nsteps:\n  - id: a\n    type: llm_call\n    prompt: p\n    attachments: [{type: {}, source: s}]\n"
+    with pytest.raises(
+        WorkflowValidationError, match=r":6: steps\[0\]\.attachments\[0\]\.type: expected one of 'image'"
+    ):
+        parse_workflow_text(text, "f.yaml")
