@@ -203,8 +203,9 @@ def _read_at_most(source: str, limit: int) -> bytes:
             raise _too_large(source, f"{info.st_size:,} bytes", limit)
         chunks = []
         size = 0
+        step = max(info.st_size + 1, 1 << 16)  # one read for a regular file; bounded steps for procfs
         while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            chunk = os.read(fd, min(step, limit + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)
