@@ -119,7 +119,7 @@ class _FolderLoad:
         self.broken: list[tuple[Path, str]] = []
 
     def run(self, files: list[Path], dags: dict[str, DAG]) -> None:
-        path_ids = placeholder_ids(files, self.root)
+        every_file = files
         wanted = _parsing_context_dag_id()
         if wanted is not None:
             files = _files_for_dag(files, wanted, self.limits)
@@ -130,6 +130,9 @@ class _FolderLoad:
                 from airflow_provider_agentloom.file_dag import contained
 
                 self.broken.append((path, str(contained(str(path), exc, "load"))))
+        if not self.broken:
+            return
+        path_ids = placeholder_ids(every_file, self.root)  # from every file, as any worker computes them
         taken = set(self.owners) | set(dags)
         for path, message in self.broken:
             try:
@@ -346,7 +349,7 @@ def _cached_load(path: Path, limits: ParseLimits) -> Workflow | WorkflowValidati
 
 def _same_limits(cached: ParseLimits, now: ParseLimits) -> bool:
     """Whether a cached verdict still holds: the time limit does not matter (timeouts are not cached)."""
-    return dataclasses.replace(cached, parse_timeout=now.parse_timeout) == now
+    return cached is now or dataclasses.replace(cached, parse_timeout=now.parse_timeout) == now
 
 
 def _stamp_of(stamp: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, int, int], ...]:

@@ -82,7 +82,8 @@ def limits_from(get: Callable[[str], str | None]) -> ParseLimits:
         if not value > 0 or value == float("inf"):
             raise ValueError(f"[agentloom] {option} = {raw!r}: expected a positive {kind.__name__}")
         values[field.name] = value
-    return ParseLimits(**values)
+    limits = ParseLimits(**values)
+    return DEFAULT_LIMITS if limits == DEFAULT_LIMITS else limits
 
 
 def limits_from_environment() -> ParseLimits:
