@@ -44,7 +44,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 settings.register_profile("long", settings.get_profile("ci"), max_examples=20_000)
-PROFILE = settings.get_profile(os.environ.get("AGENTLOOM_HYPOTHESIS_PROFILE", "ci"))
+PROFILE_NAME = os.environ.get("AGENTLOOM_HYPOTHESIS_PROFILE", "ci")
+PROFILE = settings.get_profile(PROFILE_NAME)
 
 OURS: list[dict[str, Any]] = [
     {
@@ -288,7 +289,7 @@ def unexpected() -> Iterator[_Unexpected]:
 _counter = iter(range(10**9))
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(3600 if PROFILE_NAME == "long" else 600)
 @PROFILE
 @given(content=INPUTS)
 def test_any_file_gives_one_dag_or_one_placeholder(
