@@ -17,9 +17,12 @@ indentation), alias bombs and deep nesting, and raw text and bytes. For every in
 
 from __future__ import annotations
 
+import atexit
 import copy
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -29,12 +32,19 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 from loader_support import GOOD_DAG, dags_folder, laughs
 from shared_paths import EXAMPLES
 
 from airflow_provider_agentloom import loader
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.file_dag import BuiltWorkflow, load_and_build
+
+# Hypothesis caches what it learns from our source under a home of its own: a temporary folder
+# (removed at exit), not ``.hypothesis`` in the directory the tests run from.
+_HYPOTHESIS_HOME = Path(tempfile.mkdtemp(prefix="agentloom-hypothesis-"))
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, True)
 
 settings.register_profile(
     "ci",
