@@ -1,7 +1,8 @@
 """Workflow + StepGraph → a plain Airflow ``DAG``: one task per step, edges, params, docs and tags.
 
 ``build_dag`` does no I/O and reads no Airflow configuration: it runs at every parse of the
-dags folder and at every task start on the workers.
+dags folder and at every task start on the workers. What Airflow itself would refuse (ids, tags,
+the schedule) is refused first by :mod:`~airflow_provider_agentloom.dag_checks`, with the line.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
-from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError
+from airflow_provider_agentloom.dag_checks import check_schedule, check_workflow
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.context import WorkflowRunContext, safe_id
 from airflow_provider_agentloom.tools.base import BaseTool
@@ -67,7 +68,7 @@ def build_dag(
     registry.check_supported(workflow)
     graph = graph_of(workflow)
     dag_id = dag_id_for(workflow)
-    task_ids = _task_ids(workflow)
+    task_ids = check_workflow(workflow, dag_id)
     run_context = WorkflowRunContext(
         workflow=workflow,
         graph=graph,
@@ -79,6 +80,7 @@ def build_dag(
         **(run_context_options or {}),
     )
     dag = DAG(dag_id=dag_id, **_dag_kwargs(workflow))
+    check_schedule(dag, workflow)
     if fileloc is not None:
         dag.fileloc = fileloc
     tasks: dict[str, AgentLoomStepOperator] = {}
@@ -95,29 +97,6 @@ def build_dag(
         if parents:
             tasks[step_id].set_upstream([tasks[parent] for parent in parents])
     return dag
-
-
-def _task_ids(workflow: Workflow) -> dict[str, str]:
-    ids: dict[str, str] = {}
-    owners: dict[str, str] = {}
-    issues = []
-    for index, step in enumerate(workflow.steps):
-        task_id = safe_id(step.id)
-        if task_id in owners:
-            issues.append(
-                ValidationIssue(
-                    workflow.source_path or "<string>",
-                    None,
-                    f"steps[{index}].id",
-                    f"step ids {owners[task_id]!r} and {step.id!r} both become the Airflow task id "
-                    f"{task_id!r}",
-                )
-            )
-        owners[task_id] = step.id
-        ids[step.id] = task_id
-    if issues:
-        raise WorkflowValidationError(issues)
-    return ids
 
 
 def _dag_kwargs(workflow: Workflow) -> dict[str, Any]:
@@ -168,13 +147,20 @@ def _task_kwargs(step: StepModel, workflow: Workflow) -> dict[str, Any]:
 
 
 def state_params(workflow: Workflow) -> dict[str, Param]:
-    """Turn the top-level ``state`` keys into typed DAG params, so a manual trigger shows a form."""
+    """Turn the top-level ``state`` keys into typed DAG params, so a manual trigger shows a form.
+
+    A key written as a YAML date or datetime is an ISO string param with ``format: date`` or
+    ``date-time``: the form shows a date picker.
+    """
     params: dict[str, Param] = {}
+    formats = workflow.state_formats
     for key, value in workflow.state.items():
         kind = _JSON_TYPES.get(type(value))
         schema: dict[str, Any] = {"type": [kind, "null"]} if kind else {}
         if kind == "number":
             schema["type"] = ["number", "integer", "null"]
+        if key in formats:
+            schema["format"] = formats[key]
         params[key] = Param(value, title=key, description=f"Initial value of state.{key}", **schema)
     return params
 

@@ -9,6 +9,45 @@ from airflow_provider_agentloom import __version__
 CONN_TYPE = "agentloom_llm"
 
 
+def _limit(description: str, kind: str, default: str) -> dict[str, Any]:
+    return {
+        "description": description + " Read when the loader and `agentloom validate` run.",
+        "version_added": "0.1.0",
+        "type": kind,
+        "example": None,
+        "default": default,
+    }
+
+
+# The defaults are workflow.limits.ParseLimits' (a test keeps them equal); keys are its fields
+# with the ``workflow_`` prefix.
+_WORKFLOW_LIMIT_OPTIONS: dict[str, dict[str, Any]] = {
+    "workflow_max_file_bytes": _limit(
+        "Largest workflow file (and subworkflow file) read, in bytes.", "integer", "4194304"
+    ),
+    "workflow_max_nodes": _limit(
+        "Most YAML nodes in one workflow file, each alias counted as the nodes it repeats "
+        "(refuses 'billion laughs' files).",
+        "integer",
+        "200000",
+    ),
+    "workflow_max_depth": _limit(
+        "Deepest nesting of mappings and lists in a workflow file, subworkflow files included.",
+        "integer",
+        "64",
+    ),
+    "workflow_max_steps": _limit(
+        "Most steps in one workflow file, subworkflows included.", "integer", "5000"
+    ),
+    "workflow_parse_timeout": _limit(
+        "Seconds one workflow file may take to read and validate; a file that takes longer "
+        "becomes a placeholder DAG (tried again at the next parse).",
+        "float",
+        "20.0",
+    ),
+}
+
+
 def get_provider_info() -> dict[str, Any]:
     """Return the provider metadata Airflow discovers through the ``apache_airflow_provider`` entry point."""
     return {
@@ -145,6 +184,7 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "required",
                         "default": "auto",
                     },
+                    **_WORKFLOW_LIMIT_OPTIONS,
                 },
             }
         },

@@ -70,7 +70,7 @@ def test_duplicate_names_are_an_error_naming_both_files(folder: Path) -> None:
     assert str(folder / "zz_copy.yaml") in message
     assert str(folder / "first.yaml") in message
     assert bag.dags["first-flow"].fileloc.endswith("agentloom_dags.py")  # the first file keeps its DAG
-    assert "agentloom_invalid__zz_copy" in bag.dags
+    assert "agentloom_invalid__zz_copy.yaml" in bag.dags  # named from its path: the id is taken
 
 
 def test_worker_parses_only_the_file_of_its_dag(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,7 +129,8 @@ def test_a_step_type_without_an_operator_is_reported_at_its_line(tmp_path: Path)
     bag = bag_of(tmp_path)
     message = bag.import_errors["routed.yaml"]
     assert (
-        f"{tmp_path / 'routed.yaml'}:5: steps[1].type: step 'pick': step type 'router' cannot run" in message
+        f"{tmp_path / 'routed.yaml'}:5: steps[1].type: step 'pick': step type 'router' is not supported yet"
+        in message
     )
-    assert "supported: tool, llm_call, agent" in message
+    assert "supported step types: tool, llm_call, agent" in message
     assert list(bag.dags["routed"].task_dict) == ["invalid_workflow"]

@@ -94,7 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    validate = commands.add_parser("validate", help="check workflow files; exit 1 if any is invalid")
+    validate = commands.add_parser(
+        "validate",
+        help="check workflow files as the Airflow loader does (their DAG is built); exit 1 if one is invalid",
+    )
     validate.add_argument("files", nargs="+", metavar="FILE")
     validate.set_defaults(handler=_validate)
 
@@ -156,22 +159,26 @@ def _add_run_options(command: argparse.ArgumentParser) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """Load and build each file exactly as the dags-folder loader does (a dry run of its DAG)."""
     from airflow_provider_agentloom.cli.render import validation_report
+    from airflow_provider_agentloom.file_dag import configured_limits, load_and_build
     from airflow_provider_agentloom.workflow.lint import lint_workflow
-    from airflow_provider_agentloom.workflow.parser import graph_of, load_workflow
+    from airflow_provider_agentloom.workflow.parser import graph_of
 
+    limits = configured_limits()
     code = EXIT_OK
     for file in args.files:
-        try:
-            workflow = load_workflow(file)
-        except WorkflowValidationError as exc:
+        result = load_and_build(file, limits=limits)
+        if isinstance(result, WorkflowValidationError):
             print(f"invalid  {file}", file=sys.stderr)
-            for issue in exc.issues:
+            for issue in result.issues:
                 print(f"    {issue}", file=sys.stderr)
             code = EXIT_FAILED
             continue
-        graph = graph_of(workflow)
-        validation_report(workflow, graph, lint_workflow(workflow, graph), sys.stdout)
+        graph = graph_of(result.workflow)
+        validation_report(
+            result.workflow, graph, lint_workflow(result.workflow, graph), sys.stdout, dag=result.dag
+        )
     return code
 
 

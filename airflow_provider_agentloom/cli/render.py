@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import Any, TextIO
 
 from airflow_provider_agentloom.exceptions import ValidationIssue
 from airflow_provider_agentloom.workflow.graph import StepGraph
@@ -47,8 +47,10 @@ def summary_line(result: RunResult) -> str:
     return line
 
 
-def validation_report(workflow: Workflow, graph: StepGraph, findings: list[Finding], out: TextIO) -> None:
-    """Print a valid workflow's summary, its layer plan and what lint found."""
+def validation_report(
+    workflow: Workflow, graph: StepGraph, findings: list[Finding], out: TextIO, dag: Any = None
+) -> None:
+    """Print a valid workflow's summary, its layer plan, the DAG it builds and what lint found."""
     config = workflow.config
     layers = _layer_plan(graph)
     budget = f", budget ${config.budget_usd}" if config.budget_usd is not None else ""
@@ -57,6 +59,9 @@ def validation_report(workflow: Workflow, graph: StepGraph, findings: list[Findi
         f"in {len(layers)} layers (provider {config.provider}, model {config.model}{budget})",
         file=out,
     )
+    if dag is not None:
+        schedule = config.airflow.schedule or "none (manual runs)"
+        print(f"    DAG {dag.dag_id!r}: {len(dag.task_dict)} tasks, schedule {schedule}", file=out)
     for index, ids in enumerate(layers):
         print(f"    layer {index}: {', '.join(ids)}", file=out)
     for finding in findings:

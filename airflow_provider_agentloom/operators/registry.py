@@ -17,13 +17,14 @@ _OPERATORS: dict[str, str] = {
 
 
 def check_supported(workflow: Workflow) -> None:
-    """Refuse, with file, line and key, every step whose type has no operator yet."""
+    """Refuse, with file, line and key, every step whose type has no operator yet (``validate`` too)."""
     issues = [
         issue_in(
             workflow,
             ("steps", index, "type"),
-            f"step {step.id!r}: step type {str(step.type)!r} cannot run in Airflow yet with this "
-            f"version of the provider (supported: {', '.join(_OPERATORS)})",
+            f"step {step.id!r}: step type {str(step.type)!r} is not supported yet: this version of the "
+            f"provider has no Airflow operator for it, so the workflow cannot run (supported step "
+            f"types: {', '.join(_OPERATORS)})",
         )
         for index, step in enumerate(workflow.steps)
         if str(step.type) not in _OPERATORS

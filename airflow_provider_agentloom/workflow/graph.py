@@ -217,37 +217,43 @@ def _check_references(workflow: Workflow) -> list[GraphIssue]:
 
 
 def _layers(workflow: Workflow) -> tuple[dict[str, int], list[GraphIssue]]:
+    """Each step's layer (its longest chain of ``depends_on`` parents), or the first cycle found.
+
+    Iterative (an explicit stack), so a long chain listed in any order cannot exhaust Python's
+    recursion limit.
+    """
     parents = {step.id: tuple(dict.fromkeys(step.depends_on)) for step in workflow.steps}
     layers: dict[str, int] = {}
-    state: dict[str, int] = {}  # 1 = visiting, 2 = done
+    visiting: set[str] = set()
     index_of = {step.id: i for i, step in enumerate(workflow.steps)}
-
-    def visit(node: str, path: list[str]) -> GraphIssue | None:
-        state[node] = 1
-        path.append(node)
-        depth = 0
-        for parent in parents[node]:
-            if state.get(parent) == 1:
+    for step in workflow.steps:
+        if step.id in layers:
+            continue
+        path: list[str] = [step.id]
+        pending: list[list[str]] = [list(reversed(parents[step.id]))]
+        visiting.add(step.id)
+        while path:
+            node = path[-1]
+            todo = pending[-1]
+            while todo and todo[-1] in layers:
+                todo.pop()
+            if not todo:
+                layers[node] = max((layers[p] + 1 for p in parents[node]), default=0)
+                visiting.discard(node)
+                path.pop()
+                pending.pop()
+                continue
+            parent = todo.pop()
+            if parent in visiting:
                 cycle = [*path[path.index(parent) :], parent]
-                return GraphIssue(
+                issue = GraphIssue(
                     f"steps[{index_of[node]}].depends_on",
                     "dependency cycle: " + " -> ".join(reversed(cycle)),
                 )
-            if state.get(parent) != 2:
-                issue = visit(parent, path)
-                if issue is not None:
-                    return issue
-            depth = max(depth, layers[parent] + 1)
-        layers[node] = depth
-        state[node] = 2
-        path.pop()
-        return None
-
-    for step in workflow.steps:
-        if state.get(step.id) != 2:
-            issue = visit(step.id, [])
-            if issue is not None:
                 return layers, [issue]
+            visiting.add(parent)
+            path.append(parent)
+            pending.append(list(reversed(parents[parent])))
     return layers, []
 
 
@@ -283,18 +289,21 @@ def _add_implicit_edges(graph: StepGraph) -> None:
             writers.setdefault(key, []).append(sid)
 
     parents: dict[str, list[str]] = {sid: list(p) for sid, p in graph.explicit_parents.items()}
-    ancestors: dict[str, set[str]] = {}
-    for reader in graph.order:  # parents always come earlier in upstream order
+    order = graph.order
+    rank = {sid: pos for pos, sid in enumerate(order)}
+    ancestors: dict[str, tuple[str, ...]] = {}
+    for reader in order:  # parents always come earlier in upstream order
         known = set(parents[reader]).union(*(ancestors[p] for p in parents[reader]))
         wanted = _visible_writers(graph, reader, writers)
-        for writer in sorted(wanted, key=graph.sort_key):
+        for writer in sorted(wanted, key=rank.__getitem__):
             if writer not in known:
                 parents[reader].append(writer)
-                known |= {writer} | ancestors[writer]
+                known |= {writer, *ancestors[writer]}
                 graph.implicit_edges.append(ImplicitEdge(writer, reader, tuple(wanted[writer])))
-        ancestors[reader] = known
+        # kept as a sorted tuple at once: a set per step would hold several times the memory
+        ancestors[reader] = tuple(sorted(known, key=rank.__getitem__))
     graph.parents = {sid: tuple(p) for sid, p in parents.items()}
-    graph.ancestors = {sid: tuple(sorted(a, key=graph.sort_key)) for sid, a in ancestors.items()}
+    graph.ancestors = ancestors
 
 
 def _visible_writers(graph: StepGraph, reader: str, writers: dict[str, list[str]]) -> dict[str, list[str]]:

@@ -100,41 +100,83 @@ def _templates(step: object) -> list[tuple[str, str]]:
     return []
 
 
+MAX_COLLISIONS = 100
+"""The most output collisions reported for one workflow (and ten times that examined)."""
+
+
 def output_collisions(workflow: Workflow, graph: StepGraph) -> list[tuple[str, str, str, int]]:
-    """Pairs of steps that may run concurrently and write the same key (router branches excepted)."""
-    exclusive = _router_exclusive_sets(graph)
-    index = {step.id: i for i, step in enumerate(workflow.steps)}
-    by_key: dict[str, list[str]] = {}
+    """Pairs of steps that may run concurrently and write the same key (router branches excepted).
+
+    Ancestry is a bit set per step (bit ``i``: the step at ``steps[i]``), so a long chain of steps
+    writing one key costs a few integer operations per step, not a pass over every pair. At most
+    :data:`MAX_COLLISIONS` pairs are reported.
+    """
+    ids = [step.id for step in workflow.steps]
+    index = {sid: i for i, sid in enumerate(ids)}
+    above = _ancestor_bits(graph, index)
+    by_key: dict[str, list[int]] = {}
     for step in workflow.steps:
         key = output_key(step)
         if key:
-            by_key.setdefault(key, []).append(step.id)
+            by_key.setdefault(key, []).append(index[step.id])
+    exclusive: list[list[int]] | None = None
     found: list[tuple[str, str, str, int]] = []
+    examined = 0
     for key, writers in by_key.items():
-        for pos, a in enumerate(writers):
-            for b in writers[pos + 1 :]:
-                related = a in graph.ancestors[b] or b in graph.ancestors[a]
-                if related or any(_apart(a, b, sets) for sets in exclusive):
-                    continue
-                found.append((a, b, key, index[b]))
-    return found
+        earlier = 0
+        pairs: list[tuple[int, int]] = []
+        for b in writers:
+            candidates = earlier & ~above[b]  # earlier writers that b does not wait for
+            earlier |= 1 << b
+            while candidates and examined < MAX_COLLISIONS * 10:
+                low = candidates & -candidates
+                candidates ^= low
+                a = low.bit_length() - 1
+                if above[a] >> b & 1:
+                    continue  # a waits for b
+                examined += 1
+                if exclusive is None:
+                    exclusive = _router_branches(graph, index)
+                if not any(_apart(a, b, branches) for branches in exclusive):
+                    pairs.append((a, b))
+        found.extend((ids[a], ids[b], key, b) for a, b in sorted(pairs))
+    return found[:MAX_COLLISIONS]
 
 
-def _router_exclusive_sets(graph: StepGraph) -> list[list[set[str]]]:
-    """For each router, the step sets below each of its targets (at most one of them runs)."""
+def _ancestor_bits(graph: StepGraph, index: dict[str, int]) -> list[int]:
+    """Each step's ancestors as a bit set over step positions (graph order puts parents first)."""
+    above = [0] * len(index)
+    for sid in graph.order:
+        mask = 0
+        for parent in graph.parents[sid]:
+            mask |= above[index[parent]] | 1 << index[parent]
+        above[index[sid]] = mask
+    return above
+
+
+def _router_branches(graph: StepGraph, index: dict[str, int]) -> list[list[int]]:
+    """For each router, the bit set of the steps at or below each of its targets (one branch runs)."""
+    below = [0] * len(index)
+    for sid in reversed(graph.order):  # children before parents
+        for parent in graph.parents[sid]:
+            below[index[parent]] |= below[index[sid]] | 1 << index[sid]
     result = []
     for sid, step in graph.steps.items():
         if not isinstance(step, RouterStep):
             continue
         targets = {c.target for c in step.conditions} | ({step.default} if step.default else set())
         children = [t for t in targets if sid in graph.explicit_parents.get(t, ())]
-        result.append([{t} | graph.descendants(t) for t in children])
+        result.append([below[index[t]] | 1 << index[t] for t in children])
     return result
 
 
-def _apart(a: str, b: str, sets: list[set[str]]) -> bool:
-    for i, first in enumerate(sets):
-        for second in sets[i + 1 :]:
-            if (a in first - second and b in second - first) or (b in first - second and a in second - first):
+def _apart(a: int, b: int, branches: list[int]) -> bool:
+    """Whether ``a`` and ``b`` sit in two different branches of one router (never both run)."""
+    for i, first in enumerate(branches):
+        for second in branches[i + 1 :]:
+            only_first, only_second = first & ~second, second & ~first
+            if (only_first >> a & 1 and only_second >> b & 1) or (
+                only_first >> b & 1 and only_second >> a & 1
+            ):
                 return True
     return False

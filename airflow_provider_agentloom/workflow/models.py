@@ -2,7 +2,9 @@
 
 Covers every key of the upstream format (reference §1–§3), the seed page's sandbox fields and
 the ``agent`` step type, plus our own ``config.airflow`` block (which upstream ignores, so files
-stay portable). Nothing here imports Airflow.
+stay portable). Numbers have ranges Airflow can hold (no NaN or infinity, durations up to
+:data:`MAX_SECONDS`, counts up to what its database columns store), so a file that loads never
+fails later in Airflow. Nothing here imports Airflow.
 """
 
 from __future__ import annotations
@@ -13,9 +15,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+MAX_SECONDS = 366 * 24 * 3600
+"""The longest duration a workflow may set (timeouts, backoff): a year, well inside ``timedelta``."""
+
+MAX_RETRIES = 1000
+"""The most retries a step may ask for."""
+
+DB_INT_MAX = 2**31 - 1
+"""The largest count Airflow's metadata database stores (32-bit integer columns)."""
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class StepType(StrEnum):
@@ -40,7 +51,7 @@ class SandboxConfig(_Strict):
     allow_network: bool = True
     allowed_domains: list[str] = Field(default_factory=list)
     allowed_schemes: list[str] = Field(default_factory=lambda: ["http", "https"])
-    max_write_bytes: int | None = Field(default=None, ge=0)
+    max_write_bytes: int | None = Field(default=None, ge=0, le=2**63 - 1)
     danger_opt_in: list[str] = Field(default_factory=list)
     allow_internal_webhook_targets: bool = False
     deny_internal_hosts: bool = False
@@ -55,13 +66,13 @@ class AirflowConfig(_Strict):
     end_date: date | datetime | None = None
     catchup: bool = False
     tags: list[str] = Field(default_factory=list)
-    owner: str = "agentloom"
-    max_active_runs: int | None = Field(default=None, ge=1)
-    max_active_tasks: int | None = Field(default=None, ge=1)
-    dagrun_timeout: float | None = Field(default=None, gt=0)
+    owner: str = Field(default="agentloom", max_length=500)  # Airflow's owner columns
+    max_active_runs: int | None = Field(default=None, ge=1, le=DB_INT_MAX)
+    max_active_tasks: int | None = Field(default=None, ge=1, le=DB_INT_MAX)
+    dagrun_timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     is_paused_upon_creation: bool | None = None
-    pool: str | None = None
-    queue: str | None = None
+    pool: str | None = Field(default=None, max_length=256)  # Airflow's pool and queue columns
+    queue: str | None = Field(default=None, max_length=256)
     working_dir: str | None = None
     llm_conn_id: str | None = None
     doc_md: str | None = None
@@ -72,9 +83,9 @@ class WorkflowConfig(_Strict):
 
     provider: str = "openai"
     model: str = "gpt-4o-mini"
-    max_retries: int = Field(default=3, ge=0)
+    max_retries: int = Field(default=3, ge=0, le=MAX_RETRIES)
     budget_usd: float | None = Field(default=None, ge=0)
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     max_concurrent_steps: int = Field(default=10, ge=1, le=1024)
     stream: bool = False
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
@@ -82,7 +93,7 @@ class WorkflowConfig(_Strict):
     strict_outputs: bool = False
     responses_file: str | None = None
     latency_model: Literal["constant", "normal", "replay"] = "constant"
-    latency_ms: float = Field(default=0.0, ge=0)
+    latency_ms: float = Field(default=0.0, ge=0, le=MAX_SECONDS * 1000)
     capture_prompts: bool = False
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
 
@@ -90,18 +101,20 @@ class WorkflowConfig(_Strict):
 class RetryConfig(_Strict):
     """``retry``: per-step retry policy; ``max_retries: 3`` means up to four attempts."""
 
-    max_retries: int = Field(default=3, ge=0)
-    backoff_base: float = Field(default=2.0, ge=1.0)
-    backoff_max: float = Field(default=60.0, ge=0)
+    max_retries: int = Field(default=3, ge=0, le=MAX_RETRIES)
+    backoff_base: float = Field(default=2.0, ge=1.0, le=100.0)
+    backoff_max: float = Field(default=60.0, ge=0, le=MAX_SECONDS)
     jitter: bool = True
-    retryable_status_codes: list[int] = Field(default_factory=lambda: [429, 500, 502, 503, 504])
+    retryable_status_codes: list[Annotated[int, Field(ge=100, le=599)]] = Field(
+        default_factory=lambda: [429, 500, 502, 503, 504]
+    )
 
 
 class _StepBase(_Strict):
     id: str = Field(min_length=1)
     depends_on: list[str] = Field(default_factory=list)
     output: str | None = None
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     retry: RetryConfig = Field(default_factory=RetryConfig)
 
 
@@ -224,7 +237,7 @@ class WebhookConfig(_Strict):
     url: str
     headers: dict[str, str] = Field(default_factory=dict)
     body_template: str | None = None
-    timeout: float = Field(default=30.0, gt=0)
+    timeout: float = Field(default=30.0, gt=0, le=MAX_SECONDS)
 
 
 class ApprovalGateStep(_StepBase):
@@ -232,7 +245,7 @@ class ApprovalGateStep(_StepBase):
 
     type: Literal[StepType.APPROVAL_GATE]
     notify: WebhookConfig | None = None
-    timeout_seconds: int | None = Field(default=None, gt=0)
+    timeout_seconds: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
     on_timeout: Literal["approve", "reject"] | None = None
 
 
@@ -271,6 +284,7 @@ class Workflow(_Strict):
     _source_path: str | None = PrivateAttr(default=None)
     _source_text: str | None = PrivateAttr(default=None)
     _graph: object | None = PrivateAttr(default=None)
+    _state_formats: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
     def source_path(self) -> str | None:
@@ -281,6 +295,11 @@ class Workflow(_Strict):
     def source_text(self) -> str | None:
         """The YAML text the workflow was read from, if any."""
         return self._source_text
+
+    @property
+    def state_formats(self) -> dict[str, str]:
+        """The JSON-schema ``format`` (``date``, ``date-time``) of state keys written as YAML dates."""
+        return self._state_formats
 
     def step(self, step_id: str) -> StepModel:
         """Return the step with this id."""

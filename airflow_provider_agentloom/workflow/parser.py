@@ -2,7 +2,10 @@
 
 The happy path is fast (libyaml's C loader, one pydantic validation, one graph analysis); the
 line numbers of a broken file come from a second, node-level parse done only when there is an
-error to report.
+error to report. Every load stays within :mod:`~airflow_provider_agentloom.workflow.limits`
+(size, nodes with aliases expanded, nesting, steps, time), checked before values are built, and
+free-form values (``state``, ``tool_args``, ``input``, tool parameters) become JSON: a date or
+datetime becomes its ISO string, and what JSON cannot hold is refused at its line.
 """
 
 from __future__ import annotations
@@ -20,12 +23,26 @@ from pydantic import BaseModel, ValidationError
 
 from airflow_provider_agentloom.exceptions import ExpressionError, ValidationIssue, WorkflowValidationError
 from airflow_provider_agentloom.workflow.graph import GraphError, StepGraph, build_graph
+from airflow_provider_agentloom.workflow.limits import (
+    DEFAULT_LIMITS,
+    Budget,
+    Deadline,
+    ParseLimits,
+    check_nodes,
+    check_steps,
+    check_text_size,
+    limits_from_environment,
+    read_workflow_text,
+)
 from airflow_provider_agentloom.workflow.models import (
     STEP_MODELS,
+    LLMCallStep,
     RouterStep,
     SubworkflowStep,
+    ToolStep,
     Workflow,
 )
+from airflow_provider_agentloom.workflow.state import state_formats, to_json_data
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -33,9 +50,19 @@ Loc = tuple[str | int, ...]
 
 
 class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
-    """Safe loader that refuses duplicate mapping keys instead of silently keeping the last one."""
+    """Safe loader that refuses duplicate mapping keys instead of silently keeping the last one.
+
+    An integer or date Python cannot hold (thousands of digits, 2026-02-30) becomes a YAML error at
+    its line, and the load's deadline is checked as mappings are built.
+    """
+
+    deadline: Deadline | None = None
+    _mappings = 0
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self._mappings += 1
+        if self.deadline is not None and self._mappings % 1024 == 0:
+            self.deadline.check("constructing the YAML")
         seen: set[str] = set()
         for key_node, _ in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
@@ -52,66 +79,128 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
         return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
 
-def load_workflow(path: str | os.PathLike[str]) -> Workflow:
-    """Read and validate the workflow file at ``path``."""
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WorkflowValidationError([ValidationIssue(str(path), None, "", "file not found")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkflowValidationError(
-            [ValidationIssue(str(path), None, "", f"cannot read file: {exc}")]
-        ) from None
-    return parse_workflow_text(text, source=str(path))
+def _checked(construct: Any) -> Any:
+    """Wrap a scalar constructor so a value Python refuses is a YAML error at its line."""
+
+    def construct_checked(loader: _StrictLoader, node: yaml.Node) -> Any:
+        try:
+            return construct(loader, node)
+        except ValueError as exc:  # the int-str digit limit, an impossible date
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read the value {_snippet(node)}: {exc}", node.start_mark
+            ) from None
+
+    return construct_checked
 
 
-def parse_workflow_text(text: str, source: str = "<string>") -> Workflow:
+for _tag, _construct in (
+    ("tag:yaml.org,2002:int", _BaseLoader.construct_yaml_int),
+    ("tag:yaml.org,2002:float", _BaseLoader.construct_yaml_float),
+    ("tag:yaml.org,2002:timestamp", _BaseLoader.construct_yaml_timestamp),
+):
+    _StrictLoader.add_constructor(_tag, _checked(_construct))
+
+
+def _snippet(node: yaml.Node) -> str:
+    if isinstance(node, yaml.ScalarNode):
+        text = str(node.value)
+        return repr(text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text):,} characters)")
+    return f"at line {node.start_mark.line + 1}"
+
+
+def load_workflow(path: str | os.PathLike[str], *, limits: ParseLimits | None = None) -> Workflow:
+    """Read and validate the workflow file at ``path``, within ``limits`` (default: the environment's)."""
+    limits = limits or limits_from_environment()
+    source = str(path)
+    budget = Budget.start(limits, source)
+    text = read_workflow_text(path, limits)
+    return _Validator(text, source, budget=budget).validate(_load_yaml(text, source, budget))
+
+
+def parse_workflow_text(
+    text: str, source: str = "<string>", *, limits: ParseLimits | None = None
+) -> Workflow:
     """Validate workflow YAML ``text``; ``source`` names it in errors and resolves relative paths."""
-    data = _load_yaml(text, source)
-    return _Validator(text, source).validate(data)
+    limits = limits or limits_from_environment()
+    check_text_size(text, source, limits)
+    budget = Budget.start(limits, source)
+    return _Validator(text, source, budget=budget).validate(_load_yaml(text, source, budget))
 
 
-def _load_yaml(text: str, source: str) -> Any:
+def _load_yaml(text: str, source: str, budget: Budget, depth_offset: int = 0) -> Any:
+    """Compose, measure (:func:`check_nodes`), then construct: nothing is built past the limits."""
+    loader = _StrictLoader(text)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: TID251 - a safe loader
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        check_nodes(node, budget, source, depth_offset)
+        budget.deadline.check("reading the YAML")
+        loader.deadline = budget.deadline
+        return loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         detail = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
         if str(exc.problem).startswith("found duplicate key"):
-            detail = f"{exc.problem}: YAML would silently keep only the last one"
+            kind, detail = "YAML syntax error", f"{exc.problem}: YAML would silently keep only the last one"
+        raise WorkflowValidationError([ValidationIssue(source, line, "", f"{kind}: {detail}")]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
         raise WorkflowValidationError(
-            [ValidationIssue(source, line, "", f"YAML syntax error: {detail}")]
+            [ValidationIssue(source, line, "", f"not YAML text: character #x{code:04x}: {exc.reason}")]
         ) from None
     except yaml.YAMLError as exc:
         raise WorkflowValidationError([ValidationIssue(source, None, "", f"YAML error: {exc}")]) from None
+    except UnicodeError as exc:  # a lone surrogate in text given as a string
+        raise WorkflowValidationError([ValidationIssue(source, None, "", f"not YAML text: {exc}")]) from None
+    finally:
+        loader.dispose()
 
 
 class _Validator:
     """Validate one file's data, mapping every error back to its line."""
 
-    def __init__(self, text: str | None, source: str, stack: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        text: str | None,
+        source: str,
+        stack: tuple[str, ...] = (),
+        *,
+        budget: Budget | None = None,
+        depth_offset: int = 0,
+    ) -> None:
         self.text = text
         self.source = source
         self.stack = stack
+        self.budget = budget or Budget.start(DEFAULT_LIMITS, source)
+        self.depth_offset = depth_offset
         self._root: yaml.Node | None = None
 
     def validate(self, data: Any, prefix: Loc = ()) -> Workflow:
         if not isinstance(data, Mapping):
             kind = "empty" if data is None else f"a {type(data).__name__}"
             raise self.error(prefix, f"a workflow must be a mapping with 'name' and 'steps', got {kind}")
+        steps = data.get("steps")
+        if isinstance(steps, list):
+            loc = (*prefix, "steps")
+            check_steps(len(steps), self.budget, self.source, lambda: (self.line_of(loc), format_loc(loc)))
         try:
             workflow = Workflow.model_validate(data)
         except ValidationError as exc:
             issues = self._pydantic_issues(exc, data, prefix)
             raise WorkflowValidationError(sorted(issues, key=lambda i: i.line or 0)) from None
+        self.budget.deadline.check("validating the workflow")
         workflow._source_path = self.source if prefix == () else None
         workflow._source_text = self.text if prefix == () else None
-        issues = self._check_expressions(workflow, prefix)
+        issues = self._json_values(workflow, prefix)
+        issues += self._check_expressions(workflow, prefix)
         issues += self._resolve_subworkflows(workflow, data, prefix)
         if issues:
             raise WorkflowValidationError(issues)
+        self.budget.deadline.check("validating the workflow")
         try:
             graph = build_graph(workflow)
         except GraphError as exc:
@@ -121,23 +210,27 @@ class _Validator:
                     for i in exc.issues
                 ]
             ) from None
+        self.budget.deadline.check("analysing the step graph")
         workflow._graph = graph
         if workflow.config.strict_outputs:
-            from airflow_provider_agentloom.workflow.lint import output_collisions
-
-            collisions = output_collisions(workflow, graph)
-            if collisions:
-                raise WorkflowValidationError(
-                    [
-                        self.issue(
-                            prefix + ("steps", index_b, "output"),
-                            f"steps {a!r} and {b!r} may run at the same time and both write {key!r} "
-                            "(config.strict_outputs is on)",
-                        )
-                        for a, b, key, index_b in collisions
-                    ]
-                )
+            self._check_strict_outputs(workflow, graph, prefix)
         return workflow
+
+    def _check_strict_outputs(self, workflow: Workflow, graph: StepGraph, prefix: Loc) -> None:
+        from airflow_provider_agentloom.workflow.lint import output_collisions
+
+        collisions = output_collisions(workflow, graph)
+        if collisions:
+            raise WorkflowValidationError(
+                [
+                    self.issue(
+                        prefix + ("steps", index_b, "output"),
+                        f"steps {a!r} and {b!r} may run at the same time and both write {key!r} "
+                        "(config.strict_outputs is on)",
+                    )
+                    for a, b, key, index_b in collisions
+                ]
+            )
 
     # -- errors ------------------------------------------------------------------------------
 
@@ -175,10 +268,14 @@ class _Validator:
     ) -> list[ValidationIssue]:
         issues: list[ValidationIssue] = []
         seen: set[Loc] = set()
-        for err in exc.errors(include_url=False):
-            loc, models = _clean_loc(err["loc"], data)
+        errors = [(err, *_clean_loc(err["loc"], data)) for err in exc.errors(include_url=False)]
+        for err, loc, models in errors:
             kind = err["type"]
-            if kind == "literal_error" and isinstance(err.get("input"), dict):
+            if (
+                kind == "literal_error"
+                and isinstance(err.get("input"), dict)
+                and _reported_below(loc, errors)
+            ):
                 continue  # the mapping form of a union (tool_choice: {name: x}) reports its own errors
             key = loc if kind != "union_tag_invalid" else (*loc, "type")
             if key in seen:
@@ -234,16 +331,44 @@ class _Validator:
             if self.source != "<string>":
                 candidates.append(Path(self.source).resolve().parent / relative)
             candidates.append(Path.cwd() / relative)
-        path = next((c for c in candidates if c.is_file()), None)
+        path = next((c for c in candidates if os.path.lexists(c)), None)
         if path is None:
             looked = ", ".join(str(c) for c in candidates)
             raise self.error(loc, f"workflow_path {relative!r} not found (looked in {looked})")
         key = str(path.resolve())
         if key in self.stack or key == str(Path(self.source).resolve()):
             raise self.error(loc, f"workflow_path {relative!r} includes itself")
-        text = path.read_text(encoding="utf-8")
-        child = _Validator(text, str(path), (*self.stack, str(Path(self.source).resolve())))
-        return child.validate(_load_yaml(text, str(path)))
+        try:
+            text = read_workflow_text(path, self.budget.limits)
+        except WorkflowValidationError as exc:
+            raise self.error(loc, f"workflow_path {relative!r}: {exc.first.message}") from None
+        child = _Validator(
+            text,
+            str(path),
+            (*self.stack, str(Path(self.source).resolve())),
+            budget=self.budget,
+            depth_offset=self.depth_offset + len(loc),  # the mappings and lists above it
+        )
+        return child.validate(_load_yaml(text, str(path), self.budget, child.depth_offset))
+
+    def _json_values(self, workflow: Workflow, prefix: Loc) -> list[ValidationIssue]:
+        """Make the free-form values JSON (dates as ISO strings); report what cannot be JSON."""
+        problems: list[tuple[Loc, str]] = []
+        workflow._state_formats = state_formats(workflow.state)
+        workflow.state = to_json_data(workflow.state, problems, ("state",))
+        for index, step in enumerate(workflow.steps):
+            loc: Loc = ("steps", index)
+            if isinstance(step, ToolStep):
+                step.tool_args = to_json_data(step.tool_args, problems, (*loc, "tool_args"))
+            elif isinstance(step, SubworkflowStep):
+                step.input = to_json_data(step.input, problems, (*loc, "input"))
+                if step.workflow_inline is not None:  # its own validation reports its problems
+                    step.workflow_inline = to_json_data(step.workflow_inline, [], ())
+            elif isinstance(step, LLMCallStep):
+                for pos, tool in enumerate(step.tools):
+                    where = (*loc, "tools", pos, "parameters")
+                    tool.parameters = to_json_data(tool.parameters, problems, where)
+        return [self.issue(prefix + where, message) for where, message in problems]
 
 
 def graph_of(workflow: Workflow) -> StepGraph:
@@ -302,6 +427,11 @@ def _clean_loc(raw: Sequence[str | int], data: Any) -> tuple[Loc, list[type[Base
     return tuple(loc), models
 
 
+def _reported_below(loc: Loc, errors: list[tuple[Any, Loc, Any]]) -> bool:
+    """Whether another error sits inside ``loc`` (the mapping member of a union explains itself)."""
+    return any(len(other) > len(loc) and other[: len(loc)] == loc for _, other, _ in errors)
+
+
 def _item(node: Any, index: str | int) -> Any:
     if isinstance(node, list) and isinstance(index, int) and index < len(node):
         return node[index]
@@ -354,7 +484,10 @@ def _describe(err: Any, loc: Loc, models: list[type[BaseModel] | None]) -> tuple
     message = message.replace("input should be", "expected")
     got = err.get("input")
     if not isinstance(got, (dict, list)):
-        message += f", got {type(got).__name__} {got!r}"
+        shown = repr(got)
+        if len(shown) > 80:
+            shown = f"{shown[:60]}... ({len(shown):,} characters)"
+        message += f", got {type(got).__name__} {shown}"
     return message, None
 
 

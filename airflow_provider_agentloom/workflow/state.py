@@ -1,9 +1,18 @@
-"""The state a step reads: the initial state, run overrides, then earlier steps' outputs in upstream order."""
+"""The state a step reads: the initial state, run overrides, then earlier steps' outputs in upstream order.
+
+State travels as JSON (DAG params, run conf, XCom), so the parser makes the file's free-form values
+JSON with :func:`to_json_data`: an unquoted YAML date (``since: 2026-01-01``) becomes the string
+``"2026-01-01"`` and a datetime its ISO 8601 string with an offset (UTC when none is written), and
+the steps read those strings; :func:`state_formats` remembers which top-level keys were dates, so
+the trigger form shows a date picker.
+"""
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Mapping
+from datetime import UTC, date, datetime
 from typing import Any
 
 from airflow_provider_agentloom.exceptions import StepError
@@ -11,6 +20,11 @@ from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.templates import parse_path
 
 STEPS_KEY = "steps"
+
+_NOT_JSON: dict[type, str] = {
+    bytes: "a !!binary value cannot travel as JSON (use a base64 string)",
+    set: "a !!set cannot travel as JSON (use a list)",
+}
 
 
 class StateWriteError(StepError):
@@ -88,3 +102,58 @@ def rebuild_state(base: Mapping[str, Any], results: Iterable[tuple[str, str | No
     for step_id, output_path, value in results:
         apply_step_result(state, step_id, output_path, copy.deepcopy(value))
     return state
+
+
+def iso_date(value: date) -> str:
+    """A date as ``YYYY-MM-DD``; a datetime as ISO 8601 with its offset (a naive one is UTC, as in YAML)."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    return value.isoformat()
+
+
+def _shown(key: Any) -> str:
+    return iso_date(key) if isinstance(key, date) else repr(key)
+
+
+def state_formats(state: Mapping[str, Any]) -> dict[str, str]:
+    """The JSON-schema ``format`` of each top-level state key that holds a date (``date``) or datetime."""
+    return {
+        key: "date-time" if isinstance(value, datetime) else "date"
+        for key, value in state.items()
+        if isinstance(value, date)
+    }
+
+
+def to_json_data(value: Any, problems: list[tuple[tuple[Any, ...], str]], loc: tuple[Any, ...] = ()) -> Any:
+    """Return ``value`` as JSON data (dates as ISO strings); append ``(key path, message)`` for the rest.
+
+    Refused: NaN and infinity, non-string mapping keys (JSON would turn them into strings), and
+    YAML's ``!!binary`` and ``!!set`` values.
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            problems.append((loc, f"{value!r} is not a JSON number (NaN and infinity cannot travel as JSON)"))
+        return value
+    if isinstance(value, date):
+        return iso_date(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str):
+                out[key] = to_json_data(item, problems, (*loc, key))
+            else:
+                problems.append(
+                    (
+                        (*loc, key),
+                        f"the key {_shown(key)} is a {type(key).__name__}: keys must be strings, as in "
+                        "JSON (quote it)",
+                    )
+                )
+        return out
+    if isinstance(value, list):
+        return [to_json_data(item, problems, (*loc, pos)) for pos, item in enumerate(value)]
+    message = _NOT_JSON.get(type(value), f"a {type(value).__name__} value cannot travel as JSON")
+    problems.append((loc, message))
+    return value

@@ -33,6 +33,9 @@ _ROOTS = ("state.", "steps.")
 
 MissingHandler = Callable[[str], None]
 
+_MAX_INDEX_DIGITS = 18
+_NO_SUCH_INDEX = 10**18
+
 PathPart = str | int
 
 
@@ -52,8 +55,10 @@ def parse_path(path: str) -> list[PathPart]:
             parts.append(name)
         elif index[0] in "'\"":
             parts.append(index[1:-1])
-        else:
+        elif len(index) <= _MAX_INDEX_DIGITS:
             parts.append(int(index))
+        else:  # no list is that long, and int() refuses thousands of digits: an index that never resolves
+            parts.append(-_NO_SUCH_INDEX if index.startswith("-") else _NO_SUCH_INDEX)
     return parts
 
 
@@ -68,7 +73,7 @@ def lookup(root: Any, parts: list[PathPart]) -> Any:
                 value = value[str(part)]
             else:
                 return MISSING
-        elif isinstance(value, (list, tuple)) and (isinstance(part, int) or part.lstrip("-").isdigit()):
+        elif isinstance(value, (list, tuple)) and (isinstance(part, int) or _is_index(part)):
             index = int(part)
             if -len(value) <= index < len(value):
                 value = value[index]
@@ -77,6 +82,11 @@ def lookup(root: Any, parts: list[PathPart]) -> Any:
         else:
             return MISSING
     return value
+
+
+def _is_index(part: str) -> bool:
+    digits = part.lstrip("-")
+    return digits.isdecimal() and len(digits) <= _MAX_INDEX_DIGITS
 
 
 def to_text(value: Any) -> str:

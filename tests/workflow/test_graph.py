@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.workflow.graph import build_graph
 from airflow_provider_agentloom.workflow.parser import parse_workflow_text
 from airflow_provider_agentloom.workflow.state import apply_step_result, rebuild_state, state_sources
@@ -66,3 +69,26 @@ def test_none_output_writes_none_and_no_steps_entry() -> None:
     state: dict[str, object] = {}
     apply_step_result(state, "a", "out", None)
     assert state == {"out": None}
+
+
+def test_a_long_chain_listed_backwards_gets_its_layers_without_recursion() -> None:
+    count = 3000  # past Python's recursion limit, had the layers been computed recursively
+    steps = "".join(
+        f"  - {{id: s{i}, type: tool, tool_name: t{f', depends_on: [s{i - 1}]' if i else ''}}}\n"
+        for i in reversed(range(count))
+    )
+    graph = graph_of(f"name: chain\nsteps:\n{steps}")
+    assert graph.layers["s0"] == 0
+    assert graph.layers[f"s{count - 1}"] == count - 1
+    assert graph.ancestors["s3"] == ("s0", "s1", "s2")
+
+
+def test_a_cycle_is_still_named_in_order() -> None:
+    text = (
+        "name: c\nsteps:\n  - {id: a, type: tool, depends_on: [c]}\n  - {id: b, type: tool, depends_on: [a]}\n"
+        "  - {id: c, type: tool, depends_on: [b]}\n"
+    )
+    with pytest.raises(
+        WorkflowValidationError, match=r"steps\[1\]\.depends_on: dependency cycle: a -> b -> c -> a$"
+    ):
+        graph_of(text)

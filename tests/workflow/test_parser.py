@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,12 +26,56 @@ def agentloom(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_validate_accepts_every_upstream_example(examples_dir: Path) -> None:
+# The examples whose step types (router, subworkflow, approval_gate) have no operator yet: validate
+# builds the DAG as the loader does, so it refuses them as the loader does, until issue 8 adds them.
+UNSUPPORTED_EXAMPLES = {
+    "03_router_workflow.yaml",
+    "05_content_moderation.yaml",
+    "06_lead_qualification.yaml",
+    "07_incident_triage.yaml",
+    "09_fraud_detection.yaml",
+    "10_content_localization.yaml",
+    "11_insurance_claims.yaml",
+    "12_log_analysis.yaml",
+    "14_custom_tools_decorator.yaml",
+    "15_custom_tools_subclass.yaml",
+    "29_approval_gate.yaml",
+    "30_approval_gate_webhook.yaml",
+}
+
+
+def validate_verdicts(stdout: str, stderr: str) -> tuple[set[str], dict[str, list[str]]]:
+    """The file names ``agentloom validate`` accepted, and the issue lines of each file it refused."""
+    accepted = {
+        Path(line.split()[1].rstrip(":")).name for line in stdout.splitlines() if line.startswith("ok  ")
+    }
+    refused: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in stderr.splitlines():
+        if line.startswith("invalid  "):
+            current = refused.setdefault(Path(line.split(maxsplit=1)[1]).name, [])
+        elif line.startswith("    "):
+            current.append(line.strip())
+    return accepted, refused
+
+
+def test_validate_accepts_every_upstream_example_it_can_run(examples_dir: Path) -> None:
     files = sorted(str(p) for p in examples_dir.glob("*.yaml"))
     assert len(files) == 33
     proc = agentloom("validate", *files)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("\nok  ") + proc.stdout.startswith("ok  ") == 33
+    assert proc.returncode == 1, proc.stderr
+    accepted, refused = validate_verdicts(proc.stdout, proc.stderr)
+    assert accepted == {Path(f).name for f in files} - UNSUPPORTED_EXAMPLES
+    assert len(accepted) == 21
+    assert set(refused) == UNSUPPORTED_EXAMPLES
+    for name, issues in refused.items():  # refused for the step type only, each at its line
+        assert issues, name
+        for issue in issues:
+            assert re.search(
+                r"\.yaml:\d+: steps\[\d+\]\.type: step '.+': step type '(router|subworkflow|approval_gate)' "
+                r"is not supported yet",
+                issue,
+            ), issue
 
 
 # One case per kind of error: (file, expected line, expected key path, words in the message).
@@ -159,3 +204,33 @@ def test_workflow_parser_from_yaml_accepts_a_path_or_text(examples_dir: Path) ->
     from_path = WorkflowParser.from_yaml(str(examples_dir / "01_simple_qa.yaml"))
     from_text = WorkflowParser.from_yaml((examples_dir / "01_simple_qa.yaml").read_text())
     assert from_path.name == from_text.name == "simple-qa"
+
+
+def test_dates_become_iso_strings_and_top_level_ones_keep_their_format() -> None:
+    workflow = parse_workflow_text(
+        "name: x\nstate:\n  day: 2026-01-01\n  at: 2026-01-01 10:30:00\n  zoned: 2026-01-01T10:30:00-05:00\n"
+        "  nested: {list: [2026-02-01]}\nsteps:\n  - {id: a, type: tool, tool_name: t, tool_args: {since: 2026-03-01}}\n"
+    )
+    assert workflow.state == {
+        "day": "2026-01-01",
+        "at": "2026-01-01T10:30:00+00:00",
+        "zoned": "2026-01-01T10:30:00-05:00",
+        "nested": {"list": ["2026-02-01"]},
+    }
+    assert workflow.state_formats == {"day": "date", "at": "date-time", "zoned": "date-time"}
+    assert isinstance(workflow.steps[0], ToolStep)
+    assert workflow.steps[0].tool_args == {"since": "2026-03-01"}
+
+
+def test_typed_dates_of_the_airflow_block_stay_dates() -> None:
+    workflow = parse_workflow_text("name: x\nconfig: {airflow: {start_date: 2026-01-01}}\nsteps: []\n")
+    assert str(workflow.config.airflow.start_date) == "2026-01-01"
+    assert not isinstance(workflow.config.airflow.start_date, str)
+
+
+def test_an_attachment_type_given_as_a_mapping_is_reported() -> None:
+    text = "name: x\nsteps:\n  - id: a\n    type: llm_call\n    prompt: p\n    attachments: [{type: {}, source: s}]\n"
+    with pytest.raises(
+        WorkflowValidationError, match=r":6: steps\[0\]\.attachments\[0\]\.type: expected one of 'image'"
+    ):
+        parse_workflow_text(text, "f.yaml")

@@ -90,3 +90,15 @@ def test_text_that_merely_starts_with_state_is_a_template() -> None:
 
 def test_values_are_not_rerendered() -> None:
     assert render_template("{state.x}", {"x": "{state.y}", "y": "no"}) == "{state.y}"
+
+
+def test_an_index_of_thousands_of_digits_is_missing_not_a_crash() -> None:
+    digits = "9" * 5000  # int() of this raises ValueError (Python's int-str digit limit)
+    state = {"items": ["a", "b"], "by_id": {digits: "found"}}
+    missing: list[str] = []
+    assert render_template(f"[{{state.items[{digits}]}}]", state, missing.append) == "[]"
+    assert render_template(f"[{{state.items[-{digits}]}}]", state, missing.append) == "[]"
+    assert missing == [f"state.items[{digits}]", f"state.items[-{digits}]"]
+    with pytest.raises(StateKeyMissingError):
+        resolve_value(f"state.items[{digits}]", state)
+    assert resolve_value(f"state.by_id['{digits}']", state) == "found"
