@@ -22,15 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_support import (
-    PYTHON_BIN,
-    RunTree,
-    kill_leftovers,
-    make_tree,
-    new_marker,
-    python_command,
-    wait_for_processes,
-)
+from process_support import wait_for_processes
+from sandbox_support import PYTHON_BIN, RunTree, make_tree, python_command
 
 from airflow_provider_agentloom import settings
 from airflow_provider_agentloom.dag_factory import build_dag
@@ -485,8 +478,9 @@ def run_as_nobody(base: Path, command: str) -> tuple[int, str, dict[str, Any]]:
 @pytest.mark.skipif(
     SETPRIV is None or not os.path.exists(SYSTEM_PYTHON), reason="needs setpriv and /usr/bin/python3"
 )
-def test_a_non_root_worker_gets_landlock_a_user_namespace_and_the_subreaper(open_tree: Path) -> None:
-    marker = new_marker()
+def test_a_non_root_worker_gets_landlock_a_user_namespace_and_the_subreaper(
+    open_tree: Path, marker: str
+) -> None:
     receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     receiver.bind(("127.0.0.1", 0))
     receiver.settimeout(0.5)
@@ -504,7 +498,6 @@ def test_a_non_root_worker_gets_landlock_a_user_namespace_and_the_subreaper(open
             received = b""
     finally:
         receiver.close()
-        kill_leftovers(marker)
     assert code == 0, report
     assert report["kernel"] == {"netns": "userns+netns", "landlock": "applied"}, report
     assert report["cgroup"].startswith("none: cannot create"), report  # not root: the subreaper alone
