@@ -25,7 +25,7 @@ import pytest
 from process_support import wait_for_processes
 from sandbox_support import PYTHON_BIN, RunTree, make_tree, python_command
 
-from airflow_provider_agentloom import settings
+from airflow_provider_agentloom import exceptions, settings
 from airflow_provider_agentloom.dag_factory import build_dag
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.get_provider_info import get_provider_info
@@ -252,6 +252,12 @@ async def test_required_where_the_kernel_has_no_landlock_runs_nothing(
     assert info.value.retryable is False
     assert str(info.value).startswith("Sandbox violation (shell_command): ")
     assert not marker.exists()
+
+
+def test_kernel_sandbox_error_is_a_sandbox_violation_of_the_one_error_tree() -> None:
+    assert KernelSandboxError is exceptions.KernelSandboxError  # tools.sandbox re-exports it
+    assert issubclass(KernelSandboxError, exceptions.SandboxViolationError)
+    assert KernelSandboxError("no Landlock").retryable is False
 
 
 async def test_auto_where_the_kernel_has_no_landlock_runs_and_logs_once(
