@@ -130,17 +130,25 @@ async def test_curl_file_url_reads_nothing(tree: RunTree, task_tools: Callable[.
         assert ("root:" in result["stdout"]) is leaks, (mode, result)
 
 
-async def test_a_planted_link_cannot_carry_grep_to_etc_passwd(
-    tree: RunTree, task_tools: Callable[..., ToolRegistry]
-) -> None:
-    # ln's relative target is checked from cwd, deep in work/, where it stays inside; from the
-    # link's own directory (work/) the same text climbs to /etc/passwd. The page's check allows it.
+def climb_to_passwd(tree: RunTree) -> tuple[Path, str]:
+    """Return a folder deep below work/ and a link target that climbs from work/ to /etc/passwd.
+
+    Checked from the deep folder (an ``ln`` run there), the same text stays inside work/.
+    """
     if not Path("/etc/passwd").is_file():
         pytest.skip("this machine has no /etc/passwd")
     depth = len(tree.work.parts) - 1
     deep = tree.work.joinpath(*[f"d{i}" for i in range(depth + 1)])
     deep.mkdir(parents=True)
-    target = "../" * depth + "etc/passwd"
+    return deep, "../" * depth + "etc/passwd"
+
+
+async def test_a_planted_link_cannot_carry_grep_to_etc_passwd(
+    tree: RunTree, task_tools: Callable[..., ToolRegistry]
+) -> None:
+    # ln's relative target is checked from cwd, deep in work/, where it stays inside; from the
+    # link's own directory (work/) the same text climbs to /etc/passwd. The page's check allows it.
+    deep, target = climb_to_passwd(tree)
     for mode, leaks in (("auto", False), ("off", True)):
         link = tree.work / f"link-{mode}"
         tools = task_tools(mode)
@@ -417,14 +425,8 @@ steps:
 def test_an_airflow_task_runs_its_commands_under_the_kernel_layer(tree: RunTree) -> None:
     from airflow_support import run_dag_test, xcom
 
-    if not Path("/etc/passwd").is_file():
-        pytest.skip("this machine has no /etc/passwd")
-    depth = len(tree.work.parts) - 1
-    deep = tree.work.joinpath(*[f"d{i}" for i in range(depth + 1)])
-    deep.mkdir(parents=True)
-    text = DAG_WORKFLOW.format(
-        target="../" * depth + "etc/passwd", link=tree.work / "link", deep=os.path.relpath(deep, tree.base)
-    )
+    deep, target = climb_to_passwd(tree)
+    text = DAG_WORKFLOW.format(target=target, link=tree.work / "link", deep=os.path.relpath(deep, tree.base))
     dag = build_dag(parse_workflow_text(text), working_dir=str(tree.base), discover_tools=False)
     dag_run = run_dag_test(dag)
     assert os.path.realpath(tree.work / "link") == "/etc/passwd"  # planted, as the page's check allows
