@@ -27,19 +27,22 @@ def new_marker() -> str:
     return f"1200.{secrets.randbelow(10**12):012d}"
 
 
-def _state(pid: int | str) -> bytes | None:
-    """The process state letter of ``pid`` (``R``, ``S``, ``Z``…), None when there is no such process."""
+_PF_EXITING = 0x4  # linux/sched.h: set as the process starts to exit, before it is a zombie
+
+
+def is_gone(pid: int) -> bool:
+    """Return True when ``pid`` no longer runs: it exited, is exiting, or is a zombie nobody reaped.
+
+    An exiting process counts: it runs no code of its own any more. It can stay so for a moment
+    while the kernel frees its memory, and once that is freed its command line and environment
+    read as empty, so ``processes_with`` no longer finds it though it is not a zombie yet.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()
     except (FileNotFoundError, ProcessLookupError):
-        return None
-    return fields[0] if fields else None
-
-
-def is_gone(pid: int) -> bool:
-    """Return True when ``pid`` no longer runs: it exited, or it is a zombie nobody has reaped yet."""
-    return _state(pid) in (None, b"Z", b"X")
+        return True
+    return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & _PF_EXITING)
 
 
 def _holds(pid: str, needle: bytes) -> bool:
