@@ -18,6 +18,7 @@ _LAZY: dict[str, str] = {
     "build_dag": "airflow_provider_agentloom.dag_factory",
     "load_workflows": "airflow_provider_agentloom.loader",
     "run_workflow": "airflow_provider_agentloom.runner",
+    "RunInterrupted": "airflow_provider_agentloom.runner.interrupts",
     "RunResult": "airflow_provider_agentloom.workflow.results",
     "WorkflowEngine": "airflow_provider_agentloom.runner.api",
 }
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.loader import load_workflows as load_workflows
     from airflow_provider_agentloom.runner import run_workflow as run_workflow
     from airflow_provider_agentloom.runner.api import WorkflowEngine as WorkflowEngine
+    from airflow_provider_agentloom.runner.interrupts import RunInterrupted as RunInterrupted
     from airflow_provider_agentloom.workflow.models import Workflow as Workflow
     from airflow_provider_agentloom.workflow.parser import WorkflowParser as WorkflowParser
     from airflow_provider_agentloom.workflow.parser import load_workflow as load_workflow

@@ -10,6 +10,7 @@
      │    ├── ToolNotFoundError       ``tool_name`` is not registered (fails at once)
      │    ├── ToolError               a tool raised (retryable)
      │    │    └── SandboxViolationError   the sandbox refused a call (retryable, like any tool error)
+     │    │         └── KernelSandboxError   ``kernel_sandbox = required`` cannot be met (fails at once)
      │    └── ExpressionError         a router expression is invalid or unsafe
      ├── LLMError                     a model call failed
      │    └── LLMHTTPError            the vendor answered with an HTTP error status
@@ -105,6 +106,16 @@ class ToolError(StepError):
 
 class SandboxViolationError(ToolError):
     """Raised when the sandbox refuses a call: ``Sandbox violation (<tool>): <reason>``."""
+
+
+class KernelSandboxError(SandboxViolationError):
+    """Raised under ``kernel_sandbox = required`` when the kernel layer cannot be enforced.
+
+    Not retried: the worker's kernel does not change between attempts.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message, retryable=retryable)
 
 
 class ExpressionError(StepError):

@@ -1,18 +1,40 @@
-"""Typed getters for the provider's ``[agentloom]`` options, read each time they are called.
+"""Read the provider's ``[agentloom]`` options: one typed getter per option, read each time it is called.
 
-Never read at import: a worker's configuration may change between DAG parses, and plain-Python
-use has no Airflow configuration at all (each getter then falls back to its default).
+The one module that reads ``[agentloom]``; ``get_provider_info.py`` declares the options. Never read
+at import: a worker's configuration may change between DAG parses, and plain-Python use has no
+Airflow configuration at all (each getter then returns its default). A value that is not what the
+option expects is an error naming the option. The LLM options' defaults are ``llm``'s own, imported
+when asked for, so that a tool step, which reads ``working_dir`` and ``kernel_sandbox``, never loads
+the model clients (nor httpx).
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any, TypeVar
+
+from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.tools._kernel import KernelSandboxMode, mode_from_environment, parse_mode
+
+__all__ = [
+    "SECTION",
+    "kernel_sandbox",
+    "llm_max_reply_bytes",
+    "llm_request_timeout",
+    "max_parallel_tool_calls",
+    "max_tool_calls_per_reply",
+    "option",
+    "positive_number",
+    "working_dir",
+]
 
 SECTION = "agentloom"
 
+_Number = TypeVar("_Number", int, float)
 
-def _option(key: str) -> str | None:
-    """Return ``[agentloom] <key>`` (``AIRFLOW__AGENTLOOM__<KEY>`` included), or None when unset."""
+
+def option(key: str) -> str | None:
+    """Return ``[agentloom] <key>`` (``AIRFLOW__AGENTLOOM__<KEY>`` included), or None when unset or empty."""
     try:
         from airflow.configuration import conf
 
@@ -22,9 +44,34 @@ def _option(key: str) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
+def positive_number(value: Any, what: str, kind: type[_Number]) -> _Number | None:
+    """Return ``value`` (an option or a connection extra) as a positive ``int``/``float``; None when unset.
+
+    Anything else is a non-retryable ``StepError`` naming ``what``.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    number: float | None = None
+    if not isinstance(value, bool):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = None
+    valid = number is not None and math.isfinite(number) and number > 0
+    if number is None or not valid or (kind is int and not number.is_integer()):
+        expected = "a whole number of at least 1" if kind is int else "a positive number"
+        raise StepError(f"{what} must be {expected}, not {str(value)[:40]!r}", retryable=False)
+    return kind(number)
+
+
+def _positive_option(key: str, kind: type[_Number], default: _Number) -> _Number:
+    number = positive_number(option(key), f"[{SECTION}] {key}", kind)
+    return default if number is None else number
+
+
 def working_dir() -> str | None:
     """Return ``[agentloom] working_dir``, the template of the directory built-in tools run from."""
-    return _option("working_dir")
+    return option("working_dir")
 
 
 def kernel_sandbox() -> KernelSandboxMode:
@@ -36,5 +83,33 @@ def kernel_sandbox() -> KernelSandboxMode:
     from_environment = mode_from_environment()
     if from_environment is not None:
         return from_environment
-    value = _option("kernel_sandbox")
+    value = option("kernel_sandbox")
     return parse_mode(value, f"[{SECTION}] kernel_sandbox") if value is not None else "auto"
+
+
+def llm_request_timeout() -> float:
+    """Return ``[agentloom] llm_request_timeout``: seconds one model call may take in all (default 600)."""
+    from airflow_provider_agentloom.llm.limits import DEFAULT_REQUEST_TIMEOUT
+
+    return _positive_option("llm_request_timeout", float, DEFAULT_REQUEST_TIMEOUT)
+
+
+def llm_max_reply_bytes() -> int:
+    """Return ``[agentloom] llm_max_reply_bytes``: the most one model reply may hold (default 10 MiB)."""
+    from airflow_provider_agentloom.llm.limits import DEFAULT_MAX_REPLY_BYTES
+
+    return _positive_option("llm_max_reply_bytes", int, DEFAULT_MAX_REPLY_BYTES)
+
+
+def max_parallel_tool_calls() -> int:
+    """Return ``[agentloom] max_parallel_tool_calls``: tool calls of one reply running at once (default 8)."""
+    from airflow_provider_agentloom.llm.loop import DEFAULT_MAX_PARALLEL_TOOL_CALLS
+
+    return _positive_option("max_parallel_tool_calls", int, DEFAULT_MAX_PARALLEL_TOOL_CALLS)
+
+
+def max_tool_calls_per_reply() -> int:
+    """Return ``[agentloom] max_tool_calls_per_reply``: tool calls one reply may ask for (default 32)."""
+    from airflow_provider_agentloom.llm.loop import DEFAULT_MAX_TOOL_CALLS_PER_REPLY
+
+    return _positive_option("max_tool_calls_per_reply", int, DEFAULT_MAX_TOOL_CALLS_PER_REPLY)

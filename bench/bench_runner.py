@@ -25,6 +25,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from process_support import cpu_hogs  # noqa: E402  (the stress test's hogs: standard library only)
+
 RETRIED = "Starting call to 'airflow.sdk.api.client.Client.request'"
 SIX_STEPS = """\
 name: six-under-load
@@ -37,7 +41,6 @@ steps:
   - {id: e, type: tool, depends_on: [c], tool_name: shell_command, tool_args: {command: "echo e"}}
   - {id: f, type: tool, depends_on: [d, e], tool_name: shell_command, tool_args: {command: "echo f"}}
 """
-HOG = "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass\n"
 
 
 def environment(tree: Path, home: Path) -> dict[str, str]:
@@ -108,15 +111,8 @@ def main() -> None:
             return
         six = work / "six.yaml"
         six.write_text(SIX_STEPS, encoding="utf-8")
-        hogs = [
-            subprocess.Popen([sys.executable, "-c", HOG, "1800"]) for _ in range((os.cpu_count() or 2) + 1)
-        ]
-        try:
+        with cpu_hogs((os.cpu_count() or 2) + 1, seconds=1800):
             compare(trees, work, six, args.runs, "cpu hogs on every core")
-        finally:
-            for hog in hogs:
-                hog.kill()
-                hog.wait()
 
 
 if __name__ == "__main__":

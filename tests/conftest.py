@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 from cli_support import is_outside_setting  # noqa: E402
+from process_support import kill_marked, new_marker  # noqa: E402
 from shared_paths import EXAMPLES  # noqa: E402
 
 
@@ -69,3 +71,11 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A temporary current directory ("the directory you run from")."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    """A new process marker (see ``process_support``); whatever still carries it at the end is killed."""
+    value = new_marker()
+    yield value
+    kill_marked(value)

@@ -64,7 +64,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_provider_agentloom.exceptions import StepError
-from airflow_provider_agentloom.hooks._options import option_setting, positive_setting
 from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.errors import FixtureError, redact
 from airflow_provider_agentloom.llm.factory import VENDORS, create_provider
@@ -73,6 +72,7 @@ from airflow_provider_agentloom.llm.http_provider import HTTPProvider
 from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.llm.recording import RecordingProvider
 from airflow_provider_agentloom.operators.masking import register_secret
+from airflow_provider_agentloom.settings import llm_max_reply_bytes, llm_request_timeout, positive_number
 from airflow_provider_agentloom.tools._network import display_url
 from airflow_provider_agentloom.workflow.redaction import Mask
 
@@ -243,11 +243,11 @@ def settings_from_connection(conn: Connection, conn_id: str) -> LLMSettings:
         ),
         headers=headers,
         default_model=(str(default_model).strip() or None) if default_model else None,
-        timeout=positive_setting(extra.get("timeout"), f"timeout of connection {conn_id!r}", float),
-        request_timeout=positive_setting(
+        timeout=positive_number(extra.get("timeout"), f"timeout of connection {conn_id!r}", float),
+        request_timeout=positive_number(
             extra.get("request_timeout"), f"request_timeout of connection {conn_id!r}", float
         ),
-        max_reply_bytes=positive_setting(
+        max_reply_bytes=positive_number(
             extra.get("max_reply_bytes"), f"max_reply_bytes of connection {conn_id!r}", int
         ),
         conn_id=conn_id,
@@ -334,8 +334,8 @@ def provider_from_settings(settings: LLMSettings) -> LLMProvider:
         kwargs["headers"] = dict(settings.headers)
     if settings.timeout is not None:
         kwargs["timeout"] = settings.timeout
-    kwargs["request_timeout"] = settings.request_timeout or option_setting("llm_request_timeout", float)
-    kwargs["max_reply_bytes"] = settings.max_reply_bytes or option_setting("llm_max_reply_bytes", int)
+    kwargs["request_timeout"] = settings.request_timeout or llm_request_timeout()
+    kwargs["max_reply_bytes"] = settings.max_reply_bytes or llm_max_reply_bytes()
     try:
         provider = create_provider(settings.vendor, **kwargs)
     except (TypeError, ValueError) as exc:

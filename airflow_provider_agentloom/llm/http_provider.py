@@ -10,6 +10,7 @@ that is the vendor's error document shows the vendor's message.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -316,12 +317,7 @@ class HTTPProvider(LLMProvider):
         log.debug("POST %s (model %s)", url, request.model)
         started = time.perf_counter()
         try:
-            async with self._http().stream(
-                "POST", url, json=payload, headers=self._request_headers()
-            ) as response:
-                if response.status_code >= 400:
-                    text = await read_prefix(response)
-                    raise self._status_error(response.status_code, response.headers, text)
+            async with self._post(url, payload) as response:
                 raw = await read_capped(response, self.max_reply_bytes, self.name)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
@@ -341,12 +337,7 @@ class HTTPProvider(LLMProvider):
         sink = ChunkSink(on_chunk, self.name)
         started = time.perf_counter()
         try:
-            async with self._http().stream(
-                "POST", url, json=payload, headers=self._request_headers()
-            ) as response:
-                if response.status_code >= 400:
-                    text = await read_prefix(response)
-                    raise self._status_error(response.status_code, response.headers, text)
+            async with self._post(url, payload) as response:
                 if response.headers.get("content-type", "").startswith("application/json"):
                     # A server that ignores "stream": the whole reply arrives as one JSON body.
                     raw = await read_capped(response, self.max_reply_bytes, self.name)
@@ -379,6 +370,17 @@ class HTTPProvider(LLMProvider):
         if missing is not None:
             raise ended_early_error(self.name, missing)
         return self._finish(self._parse_checked(accumulator.body(), request), request, started, ttft_ms)
+
+    @contextlib.asynccontextmanager
+    async def _post(self, url: str, payload: dict[str, Any]) -> AsyncIterator[httpx.Response]:
+        """POST ``payload`` and yield the response, its body unread; an HTTP error status raises."""
+        async with self._http().stream(
+            "POST", url, json=payload, headers=self._request_headers()
+        ) as response:
+            if response.status_code >= 400:
+                text = await read_prefix(response)
+                raise self._status_error(response.status_code, response.headers, text)
+            yield response
 
     async def _read_events(
         self, response: httpx.Response, accumulator: StreamAccumulator, sink: ChunkSink, started: float

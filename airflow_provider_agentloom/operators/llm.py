@@ -30,6 +30,7 @@ from airflow_provider_agentloom.operators.budget import (
     recorded_spend,
     stop_for_budget,
 )
+from airflow_provider_agentloom.settings import max_parallel_tool_calls, max_tool_calls_per_reply
 from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
 from airflow_provider_agentloom.workflow.results import TokenUsage
 from airflow_provider_agentloom.workflow.templates import render_template
@@ -80,8 +81,9 @@ class ModelStepOperator(AgentLoomStepOperator):
         registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
         client: Any = _ReplyCache(gateway, context.get("task_state_store"), self.log, self.secrets)
         guard = self._budget_guard(client, context)
+        limits = (max_parallel_tool_calls(), max_tool_calls_per_reply())
         call = _ModelCall(
-            prompt, system, state, base_dir, gateway, guard or client, default_model, registry, _tool_limits()
+            prompt, system, state, base_dir, gateway, guard or client, default_model, registry, limits
         )
         try:
             return anyio.run(self._call_model, call)
@@ -287,20 +289,6 @@ class AgentOperator(ModelStepOperator):
     def max_rounds(self) -> int:
         assert isinstance(self.step, AgentStep)
         return self.step.max_iterations
-
-
-def _tool_limits() -> tuple[int, int]:
-    """Return the tool loop's fan-out limits: the ``[agentloom]`` options, else ``llm.loop``'s defaults."""
-    from airflow_provider_agentloom.hooks._options import option_setting
-    from airflow_provider_agentloom.llm.loop import (
-        DEFAULT_MAX_PARALLEL_TOOL_CALLS,
-        DEFAULT_MAX_TOOL_CALLS_PER_REPLY,
-    )
-
-    return (
-        option_setting("max_parallel_tool_calls", int) or DEFAULT_MAX_PARALLEL_TOOL_CALLS,
-        option_setting("max_tool_calls_per_reply", int) or DEFAULT_MAX_TOOL_CALLS_PER_REPLY,
-    )
 
 
 def _outcome(

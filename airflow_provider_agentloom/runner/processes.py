@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_agentloom.runner.proctree import become_subreaper, kill_tree, set_parent_death_signal
+from airflow_provider_agentloom.tools import _linux
+from airflow_provider_agentloom.tools._proctree import kill_tree
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,21 @@ class ApiServerError(RuntimeError):
     """Raised when the Execution API server ends, or is not ready in time."""
 
 
+def _prctl(option: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: a libc without prctl (not Linux)
+        _linux.prctl(option, value)
+
+
+def _set_parent_death_signal(signum: int) -> None:
+    """Ask Linux to send ``signum`` to this process when the thread that forked it ends."""
+    _prctl(_linux.PR_SET_PDEATHSIG, signum)
+
+
+def _become_subreaper() -> None:
+    """Adopt this process's orphaned descendants, so none of them escapes to pid 1."""
+    _prctl(_linux.PR_SET_CHILD_SUBREAPER, 1)
+
+
 def _detach_from_runner(death_signal: int) -> None:  # pragma: no cover - runs in the child
     """Leave the runner's session (no terminal signals) and die when the runner dies."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -58,7 +74,7 @@ def _detach_from_runner(death_signal: int) -> None:  # pragma: no cover - runs i
     with contextlib.suppress(OSError):
         os.setsid()
     parent = os.getppid()
-    set_parent_death_signal(death_signal)
+    _set_parent_death_signal(death_signal)
     if os.getppid() != parent:  # the runner died before the death signal was set
         os._exit(1)
 
@@ -297,7 +313,7 @@ def _become_supervisor() -> None:  # pragma: no cover - runs in the child
     the task process it forks (through Airflow's ``os.fork``) SIGKILL as parent death signal.
     """
     _detach_from_runner(RUNNER_GONE)
-    become_subreaper()
+    _become_subreaper()
     supervisor = os.getpid()
 
     def runner_gone(signum: int, frame: Any) -> None:
@@ -323,7 +339,7 @@ def _task_process_dies_with(supervisor: int, parent: int | None) -> None:  # pra
     """
     if parent != supervisor:
         return
-    set_parent_death_signal(signal.SIGKILL)
+    _set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != supervisor:
         os._exit(1)  # the supervisor died between the fork and the death signal
 

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_agentloom.runner.proctree import boot_id, process_start_ticks
+from airflow_provider_agentloom.tools._proctree import boot_id, process_start_ticks
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_provider_agentloom.exceptions import SandboxViolationError
+from airflow_provider_agentloom.exceptions import KernelSandboxError
 from airflow_provider_agentloom.tools import _linux as ll
 
 if TYPE_CHECKING:
@@ -66,16 +66,6 @@ _TIME_FILES = ("/etc/localtime",)
 _PREFIX_LIBRARIES = ("lib", "lib64", "libexec")
 
 _logged: set[str] = set()
-
-
-class KernelSandboxError(SandboxViolationError):
-    """Raised under ``kernel_sandbox = required`` when the kernel layer cannot be enforced.
-
-    Not retried: the worker's kernel does not change between attempts.
-    """
-
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
-        super().__init__(message, retryable=retryable)
 
 
 def parse_mode(value: object, source: str) -> KernelSandboxMode:

@@ -21,13 +21,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from airflow_provider_agentloom.tools._reaper import (
-    cgroup_dir_for,
-    descendants,
-    kill_cgroup,
-    remove_cgroup,
-    send_signal,
-)
+from airflow_provider_agentloom.tools._proctree import kill_tree, send_signal
+from airflow_provider_agentloom.tools._reaper import cgroup_dir_for, kill_cgroup, remove_cgroup
 
 REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
 #: How long a reaper told to stop may take to kill the command's processes before it is killed.
@@ -213,17 +208,12 @@ async def _drain(stream: anyio.abc.ByteReceiveStream | None, sink: bytearray) ->
 def kill_process_tree(pid: int) -> None:
     """Send ``SIGKILL`` to ``pid``, its process group and every descendant still running.
 
-    The group and the descendants are stopped first so nothing forks while they are listed;
-    descendants that left the group (``setsid``) are found through their parent links in ``/proc``.
+    The group and the tree are stopped first so nothing forks while they are listed; descendants
+    that left the group (``setsid``) are found through their parent links in ``/proc``.
     """
     _signal_group(pid, signal.SIGSTOP)
-    found = descendants(pid)
-    for child in found:
-        send_signal(child, signal.SIGSTOP)
-    for child in found:
-        send_signal(child, signal.SIGKILL)
+    kill_tree(pid)
     _signal_group(pid, signal.SIGKILL)
-    send_signal(pid, signal.SIGKILL)
 
 
 def _signal_group(pid: int, signum: int) -> None:

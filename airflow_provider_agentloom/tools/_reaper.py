@@ -2,7 +2,7 @@
 
 ``tools/_process.py`` runs this file as ``python -I -S _reaper.py``: a fresh, single-threaded
 interpreter (the task process has threads, so it never forks to run Python code). Standard library
-only; as a script it loads ``_linux.py`` beside it by path. The protocol:
+only; as a script it loads ``_linux.py`` and ``_proctree.py`` beside it by path. The protocol:
 
 - stdin: one ``marshal``-ed dict (the spec: command, environment, parent pid, status descriptor,
   Landlock plan, network namespace, cgroup, required), then end of file. The command reads
@@ -41,64 +41,24 @@ _MAX_KILL_ROUNDS = 2000  # each waits at most 50 ms for a child to die
 _MESSAGE_LIMIT = 1000  # a status line stays below PIPE_BUF, so lines never interleave
 
 
-def _load_linux() -> ModuleType:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_linux.py")
-    module = type(sys)("_agentloom_linux")
-    with open(path, encoding="utf-8") as handle:
-        exec(compile(handle.read(), path, "exec"), module.__dict__)
+_siblings: dict[str, ModuleType] = {}
+
+
+def _load_sibling(name: str) -> ModuleType:
+    """Load ``tools/<name>.py`` by its path, once (the package is not importable under ``-I -S``)."""
+    module = _siblings.get(name)
+    if module is None:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+        module = _siblings[name] = type(sys)(f"_agentloom{name}")
+        with open(path, encoding="utf-8") as handle:
+            exec(compile(handle.read(), path, "exec"), module.__dict__)
     return module
 
 
 if TYPE_CHECKING or __name__ != "__main__":
     from airflow_provider_agentloom.tools import _linux
-else:  # run by path: the package is not importable under -I -S
-    _linux = _load_linux()
-
-
-# ------------------------------------------------------------------ processes (shared with _process)
-
-
-def descendants(pid: int) -> list[int]:
-    """Return the live processes below ``pid`` (children, grandchildren, …) from ``/proc``."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if entry.isdigit():
-            parent = _live_parent_of(entry)
-            if parent is not None:
-                children.setdefault(parent, []).append(int(entry))
-    found: list[int] = []
-    pending = [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            if child not in found:
-                found.append(child)
-                pending.append(child)
-    return found
-
-
-def _live_parent_of(entry: str) -> int | None:
-    try:
-        with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    # "pid (comm) state ppid …": comm may hold spaces and parentheses, so split after the last ")".
-    fields = stat.rpartition(")")[2].split()
-    if len(fields) < 2 or fields[0] in ("Z", "X") or not fields[1].isdigit():
-        return None
-    return int(fields[1])
-
-
-def send_signal(pid: int, signum: int) -> None:
-    """Send ``signum`` to ``pid``; a process that is gone (or not ours) is skipped."""
-    try:
-        os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+else:  # run by path
+    _linux = _load_sibling("_linux")
 
 
 # -------------------------------------------------------------------------------------- cgroups
@@ -297,6 +257,19 @@ def _has_children() -> bool:
     return True
 
 
+def _kill_tree() -> list[int]:
+    """Stop, then kill, every process below this one; return their pids.
+
+    ``_proctree`` is loaded on the first call only: most commands leave no process behind, and
+    loading it would add 3% to the reaper's start-up.
+    """
+    if TYPE_CHECKING or __name__ != "__main__":
+        from airflow_provider_agentloom.tools import _proctree
+    else:
+        _proctree = _load_sibling("_proctree")
+    return _proctree.kill_tree(os.getpid(), include_root=False)
+
+
 def kill_descendants(cgroup: str | None, main_pid: int = -1) -> tuple[int, int | None]:
     """Kill and reap every process below this one.
 
@@ -311,13 +284,7 @@ def kill_descendants(cgroup: str | None, main_pid: int = -1) -> tuple[int, int |
         main_status = reaped if reaped is not None else main_status
         if not _has_children():  # every orphan is re-parented to us: no child, no descendant
             break
-        pids = descendants(os.getpid())
-        # Stop them all first, so none forks between the listing and its SIGKILL.
-        for pid in pids:
-            send_signal(pid, signal.SIGSTOP)
-        for pid in pids:
-            send_signal(pid, signal.SIGKILL)
-        killed.update(pids)
+        killed.update(_kill_tree())
         signal.sigtimedwait({signal.SIGCHLD}, 0.05)
     return len(killed), None if main_status is None else os.waitstatus_to_exitcode(main_status)
 

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from airflow_provider_agentloom.exceptions import SandboxViolationError
+from airflow_provider_agentloom.exceptions import KernelSandboxError, SandboxViolationError
 from airflow_provider_agentloom.tools import _safe_open
 from airflow_provider_agentloom.tools._combine import combine_sandboxes
 from airflow_provider_agentloom.tools._commands import (
@@ -17,12 +17,7 @@ from airflow_provider_agentloom.tools._commands import (
     path_candidates,
     split_words,
 )
-from airflow_provider_agentloom.tools._kernel import (
-    KernelSandboxError,
-    KernelSandboxMode,
-    mode_from_environment,
-    parse_mode,
-)
+from airflow_provider_agentloom.tools._kernel import KernelSandboxMode, mode_from_environment, parse_mode
 from airflow_provider_agentloom.tools._network import (
     WEB_SCHEMES,
     HostError,

@@ -1,47 +1,21 @@
-"""Helpers of the runner hardening tests: CLI processes, CPU hogs, and finding processes by a marker."""
+"""Helpers of the runner hardening tests: CLI processes that leave nothing behind, the home's database."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cli_support import CLI, cli_env
+from process_support import kill_marked, new_marker
 
 MARKER_VARIABLE = "AGENTLOOM_TEST_MARKER"
-
-
-def new_marker() -> str:
-    """A number no other process has in its command line or environment (``sleep <marker>``: ~20 min)."""
-    return f"1200.{secrets.randbelow(10**12):012d}"
-
-
-def processes_with(marker: str) -> list[int]:
-    """The live processes (not zombies, not this one) whose command line or environment holds ``marker``."""
-    found = []
-    needle = marker.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                if stat.read().rpartition(b")")[2].split()[0] in (b"Z", b"X"):
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline, open(f"/proc/{entry}/environ", "rb") as env:
-                if needle in cmdline.read() or needle in env.read():
-                    found.append(int(entry))
-        except (OSError, IndexError):
-            continue
-    return found
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -54,15 +28,6 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
-
-
-def kill_marked(marker: str) -> list[int]:
-    """SIGKILL whatever still carries ``marker`` (a test's last line of defence, after its assertions)."""
-    left = processes_with(marker)
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return left
 
 
 class CliRun:
@@ -115,29 +80,6 @@ class CliRun:
             self.process.kill()
             self.process.communicate()
         kill_marked(self.marker)
-
-
-_HOG = """
-import os, sys, time
-deadline, parent = time.monotonic() + float(sys.argv[1]), int(sys.argv[2])
-while time.monotonic() < deadline and os.getppid() == parent:
-    pass
-"""
-
-
-@contextlib.contextmanager
-def cpu_hogs(count: int, seconds: float) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` busy-looping processes; each stops by itself after ``seconds`` (or if we die)."""
-    hogs = [
-        subprocess.Popen([sys.executable, "-c", _HOG, str(seconds), str(os.getpid())]) for _ in range(count)
-    ]
-    try:
-        yield hogs
-    finally:
-        for hog in hogs:
-            hog.kill()
-        for hog in hogs:
-            hog.wait()
 
 
 def home_rows(home: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:

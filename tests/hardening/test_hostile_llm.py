@@ -53,7 +53,7 @@ from airflow_provider_agentloom.llm.recording import RecordingProvider
 from airflow_provider_agentloom.llm.types import ChatRequest, Message, ToolSpec
 from airflow_provider_agentloom.operators.budget import BudgetGuard
 from airflow_provider_agentloom.operators.context import LLMOptions
-from airflow_provider_agentloom.tools import ToolRegistry, tool
+from airflow_provider_agentloom.tools import BaseTool, ToolRegistry, tool
 from airflow_provider_agentloom.tools.builtins import register_builtins
 from airflow_provider_agentloom.tools.invoke import invoke_tool
 from airflow_provider_agentloom.tools.sandbox import ToolSandbox
@@ -91,6 +91,18 @@ def openai_gateway(server: LoopbackServer, **kw: Any) -> ProviderGateway:
 
 def has_tool_result(request: SeenRequest) -> bool:
     return any(m["role"] == "tool" for m in request.body["messages"])
+
+
+def run_task(workflow: str, tmp_path: Path, *, tools: tuple[BaseTool, ...] = (), **context: Any) -> Any:
+    """Run ``workflow``'s DAG with ``dag.test()``; ``context``: its run-context options (the gateway)."""
+    dag = build_dag(
+        WorkflowParser.from_yaml(workflow),
+        tools=tools,
+        working_dir=str(tmp_path),
+        discover_tools=False,
+        run_context_options=context,
+    )
+    return run_dag_test(dag)
 
 
 # -- 1. a model runs only the tools its step declares --------------------------------------------
@@ -172,13 +184,7 @@ def test_an_airflow_task_runs_no_tool_its_step_does_not_declare(
         if declared is None
         else AGENT_WORKFLOW.format(case=case, tmp=tmp_path, tools=declared)
     )
-    dag = build_dag(
-        WorkflowParser.from_yaml(text),
-        working_dir=str(tmp_path),
-        discover_tools=False,
-        run_context_options={"provider_gateway": openai_gateway(server)},
-    )
-    dag_run = run_dag_test(dag)
+    dag_run = run_task(text, tmp_path, provider_gateway=openai_gateway(server))
 
     assert str(dag_run.state) == "success"
     assert xcom(dag_run, "act") == "done"
@@ -277,13 +283,7 @@ def test_a_step_request_timeout_fails_the_airflow_task_with_a_retryable_deadline
     server: LoopbackServer, tmp_path: Path
 ) -> None:
     server.script([drip(OPENAI.text("slow"))])
-    dag = build_dag(
-        WorkflowParser.from_yaml(STEP_DEADLINE),
-        working_dir=str(tmp_path),
-        discover_tools=False,
-        run_context_options={"provider_gateway": openai_gateway(server)},
-    )
-    dag_run = run_dag_test(dag)
+    dag_run = run_task(STEP_DEADLINE, tmp_path, provider_gateway=openai_gateway(server))
     assert str(dag_run.state) == "failed"
     meta = xcom(dag_run, "slow", key="agentloom")
     assert meta["status"] == "failed"
@@ -362,19 +362,25 @@ def priced_tool_call(request: SeenRequest) -> Reply:
     return reply
 
 
+@pytest.fixture
+def priced(server: LoopbackServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server answers every request with a tool call costing $0.01 (by a price file of ours)."""
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(PRICES)
+    monkeypatch.setenv("AGENTLOOM_PRICING_FILE", str(prices))
+    server.handler = priced_tool_call
+
+
 @tool(description="Do nothing.")
 def noop() -> str:
     return "ok"
 
 
 @pytest.mark.anyio
+@pytest.mark.usefixtures("priced")
 async def test_the_budget_stops_a_loop_before_the_model_call_that_would_pass_it(
-    server: LoopbackServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: LoopbackServer,
 ) -> None:
-    prices = tmp_path / "prices.yaml"
-    prices.write_text(PRICES)
-    monkeypatch.setenv("AGENTLOOM_PRICING_FILE", str(prices))
-    server.handler = priced_tool_call
     published: list[float] = []
     guard = BudgetGuard(
         openai_gateway(server), limit=0.025, spent_elsewhere=lambda: 0.004, publish=published.append
@@ -405,13 +411,10 @@ steps:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("priced")
 def test_five_parallel_steps_overshoot_the_budget_by_at_most_one_call_each(
-    server: LoopbackServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: LoopbackServer, tmp_path: Path
 ) -> None:
-    prices = tmp_path / "prices.yaml"
-    prices.write_text(PRICES)
-    monkeypatch.setenv("AGENTLOOM_PRICING_FILE", str(prices))
-    server.handler = priced_tool_call
     limit, one_call = 0.025, 0.01
     workflow = WorkflowParser.from_yaml(PARALLEL_BUDGET.replace("LIMIT", str(limit)))
     engine = WorkflowEngine(
@@ -579,14 +582,7 @@ def test_the_fan_out_limits_come_from_the_provider_options_in_an_airflow_task(
     async def probe(n: int) -> str:
         return await counter(n)
 
-    dag = build_dag(
-        WorkflowParser.from_yaml(FAN_OUT),
-        tools=[probe],
-        working_dir=str(tmp_path),
-        discover_tools=False,
-        run_context_options={"provider_gateway": openai_gateway(server)},
-    )
-    dag_run = run_dag_test(dag)
+    dag_run = run_task(FAN_OUT, tmp_path, tools=(probe,), provider_gateway=openai_gateway(server))
     assert xcom(dag_run, "fan") == "done"
     assert sorted(counter.ran) == list(range(10))
     assert counter.most == 3
@@ -721,14 +717,9 @@ def test_a_replayed_airflow_task_fails_on_a_lost_tool_result_and_runs_nothing_li
         "finish_reason": "tool_calls",
     }
     rec.write_text(json.dumps({"_version": 2, "_record_tools": True, "ask": [turn, {"content": "noon"}]}))
-    dag = build_dag(
-        WorkflowParser.from_yaml(REPLAYED_AGENT),
-        tools=[clock],
-        working_dir=str(tmp_path),
-        discover_tools=False,
-        run_context_options={"llm": LLMOptions(provider="mock", mock_responses=str(rec))},
+    dag_run = run_task(
+        REPLAYED_AGENT, tmp_path, tools=(clock,), llm=LLMOptions(provider="mock", mock_responses=str(rec))
     )
-    dag_run = run_dag_test(dag)
     assert str(dag_run.state) == "failed"
     meta = xcom(dag_run, "ask", key="agentloom")
     assert "entry ask[0] asks for tool call 'call_1' (clock) but holds no recorded result" in meta["error"]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import runner_tools
-from runner_support import CliRun, cpu_hogs, processes_with, wait_for
+from process_support import cpu_hogs, processes_with
+from runner_support import CliRun, wait_for
 
 from airflow_provider_agentloom import run_workflow
 from airflow_provider_agentloom.workflow.parser import WorkflowParser

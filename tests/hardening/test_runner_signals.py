@@ -16,7 +16,8 @@ from pathlib import Path
 import anyio
 import pytest
 import runner_tools
-from runner_support import CliRun, new_marker, processes_with, run_states, task_states, wait_for
+from process_support import is_gone, new_marker, processes_with
+from runner_support import CliRun, run_states, task_states, wait_for
 
 from airflow_provider_agentloom import WorkflowEngine, run_workflow
 from airflow_provider_agentloom.runner import RunInterrupted
@@ -27,12 +28,19 @@ from airflow_provider_agentloom.workflow.parser import WorkflowParser
 HERE = Path(__file__).resolve().parent
 
 
+def _sleeper(marker: str) -> str:
+    """A step that writes ``sleeper.started``, then sleeps ~20 min with ``marker`` in its command line."""
+    return (
+        "  - {id: sleeper, type: tool, tool_name: shell_command,"
+        f" tool_args: {{command: 'echo up > sleeper.started; sleep {marker}', timeout: 1300}}}}\n"
+    )
+
+
 def _two_running_steps(folder: Path, marker: str, name: str) -> None:
     (folder / "flow.yaml").write_text(
         f"name: {name}\nconfig: {{max_concurrent_steps: 4}}\nsteps:\n"
-        f"  - {{id: sleeper, type: tool, tool_name: shell_command,"
-        f" tool_args: {{command: 'echo up > sleeper.started; sleep {marker}', timeout: 1300}}}}\n"
-        f"  - {{id: holder, type: tool, tool_name: hold, tool_args: {{marker: '{marker}', tag: holder}}}}\n"
+        + _sleeper(marker)
+        + f"  - {{id: holder, type: tool, tool_name: hold, tool_args: {{marker: '{marker}', tag: holder}}}}\n"
         "  - {id: after, type: tool, depends_on: [sleeper, holder], tool_name: shell_command,"
         " tool_args: {command: 'echo never'}}\n",
         encoding="utf-8",
@@ -138,7 +146,7 @@ def test_kill_9_of_the_runner_kills_its_steps_and_the_next_run_fails_the_dead_ru
         cli.finish(timeout=10)
         _nothing_left(cli.marker)
         for pid in holder_pids:  # the task process, its supervisor and its detached child
-            assert _is_gone(pid)
+            assert is_gone(pid)
     run_id = _run_id(home, "killed")
     assert run_states(home, "killed") == {run_id: "running"}  # nobody could mark it
     assert (home / "runs" / f"{run_id}.json").exists()
@@ -152,13 +160,11 @@ def test_kill_9_of_the_runner_kills_its_steps_and_the_next_run_fails_the_dead_ru
 
 
 @pytest.mark.timeout(120)
-def test_python_api_on_ctrl_c_cleans_up_marks_the_run_failed_and_reraises(workdir: Path) -> None:
-    marker = new_marker()
+def test_python_api_on_ctrl_c_cleans_up_marks_the_run_failed_and_reraises(workdir: Path, marker: str) -> None:
     workflow = WorkflowParser.from_yaml(
         "name: api-interrupted\nconfig: {max_concurrent_steps: 4}\nsteps:\n"
-        f"  - {{id: sleeper, type: tool, tool_name: shell_command,"
-        f" tool_args: {{command: 'echo up > sleeper.started; sleep {marker}', timeout: 1300}}}}\n"
-        f"  - {{id: stopper, type: tool, tool_name: interrupt_runner,"
+        + _sleeper(marker)
+        + f"  - {{id: stopper, type: tool, tool_name: interrupt_runner,"
         f" tool_args: {{runner_pid: {os.getpid()}, wait_for_file: sleeper.started}}}}\n"
     )
     handler_before = signal.getsignal(signal.SIGINT)
@@ -175,19 +181,14 @@ def test_python_api_on_ctrl_c_cleans_up_marks_the_run_failed_and_reraises(workdi
     task_pid, supervisor_pid = map(int, (workdir / "interrupt.pids").read_text().split())
     wait_for(lambda: not processes_with(marker), 3, "the shell command to end")
     for pid in (task_pid, supervisor_pid):
-        assert _is_gone(pid)
+        assert is_gone(pid)
     home = Path(os.environ["AGENTLOOM_HOME"])
     assert run_states(home, "api-interrupted")[result.run_id] == "failed"
 
 
 @pytest.mark.timeout(120)
-def test_cancelling_workflow_engine_run_stops_the_run_and_marks_it_failed(workdir: Path) -> None:
-    marker = new_marker()
-    workflow = WorkflowParser.from_yaml(
-        "name: engine-cancelled\nsteps:\n"
-        f"  - {{id: sleeper, type: tool, tool_name: shell_command,"
-        f" tool_args: {{command: 'echo up > sleeper.started; sleep {marker}', timeout: 1300}}}}\n"
-    )
+def test_cancelling_workflow_engine_run_stops_the_run_and_marks_it_failed(workdir: Path, marker: str) -> None:
+    workflow = WorkflowParser.from_yaml("name: engine-cancelled\nsteps:\n" + _sleeper(marker))
     registry = ToolRegistry()
     register_builtins(registry, base_dir=str(workdir))
     cancelled_after: list[float] = []
@@ -207,12 +208,3 @@ def test_cancelling_workflow_engine_run_stops_the_run_and_marks_it_failed(workdi
     home = Path(os.environ["AGENTLOOM_HOME"])
     (state,) = run_states(home, "engine-cancelled").values()
     assert state == "failed"
-
-
-def _is_gone(pid: int) -> bool:
-    """The process has ended (a zombie has: it only waits for its parent to read its status)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
-    except OSError:
-        return True

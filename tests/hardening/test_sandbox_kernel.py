@@ -22,17 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_support import (
-    PYTHON_BIN,
-    RunTree,
-    kill_leftovers,
-    make_tree,
-    new_marker,
-    python_command,
-    wait_for_processes,
-)
+from process_support import wait_for_processes
+from sandbox_support import PYTHON_BIN, RunTree, make_tree, python_command
 
-from airflow_provider_agentloom import settings
+from airflow_provider_agentloom import exceptions, settings
 from airflow_provider_agentloom.dag_factory import build_dag
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.get_provider_info import get_provider_info
@@ -137,17 +130,25 @@ async def test_curl_file_url_reads_nothing(tree: RunTree, task_tools: Callable[.
         assert ("root:" in result["stdout"]) is leaks, (mode, result)
 
 
-async def test_a_planted_link_cannot_carry_grep_to_etc_passwd(
-    tree: RunTree, task_tools: Callable[..., ToolRegistry]
-) -> None:
-    # ln's relative target is checked from cwd, deep in work/, where it stays inside; from the
-    # link's own directory (work/) the same text climbs to /etc/passwd. The page's check allows it.
+def climb_to_passwd(tree: RunTree) -> tuple[Path, str]:
+    """Return a folder deep below work/ and a link target that climbs from work/ to /etc/passwd.
+
+    Checked from the deep folder (an ``ln`` run there), the same text stays inside work/.
+    """
     if not Path("/etc/passwd").is_file():
         pytest.skip("this machine has no /etc/passwd")
     depth = len(tree.work.parts) - 1
     deep = tree.work.joinpath(*[f"d{i}" for i in range(depth + 1)])
     deep.mkdir(parents=True)
-    target = "../" * depth + "etc/passwd"
+    return deep, "../" * depth + "etc/passwd"
+
+
+async def test_a_planted_link_cannot_carry_grep_to_etc_passwd(
+    tree: RunTree, task_tools: Callable[..., ToolRegistry]
+) -> None:
+    # ln's relative target is checked from cwd, deep in work/, where it stays inside; from the
+    # link's own directory (work/) the same text climbs to /etc/passwd. The page's check allows it.
+    deep, target = climb_to_passwd(tree)
     for mode, leaks in (("auto", False), ("off", True)):
         link = tree.work / f"link-{mode}"
         tools = task_tools(mode)
@@ -259,6 +260,12 @@ async def test_required_where_the_kernel_has_no_landlock_runs_nothing(
     assert info.value.retryable is False
     assert str(info.value).startswith("Sandbox violation (shell_command): ")
     assert not marker.exists()
+
+
+def test_kernel_sandbox_error_is_a_sandbox_violation_of_the_one_error_tree() -> None:
+    assert KernelSandboxError is exceptions.KernelSandboxError  # tools.sandbox re-exports it
+    assert issubclass(KernelSandboxError, exceptions.SandboxViolationError)
+    assert KernelSandboxError("no Landlock").retryable is False
 
 
 async def test_auto_where_the_kernel_has_no_landlock_runs_and_logs_once(
@@ -418,14 +425,8 @@ steps:
 def test_an_airflow_task_runs_its_commands_under_the_kernel_layer(tree: RunTree) -> None:
     from airflow_support import run_dag_test, xcom
 
-    if not Path("/etc/passwd").is_file():
-        pytest.skip("this machine has no /etc/passwd")
-    depth = len(tree.work.parts) - 1
-    deep = tree.work.joinpath(*[f"d{i}" for i in range(depth + 1)])
-    deep.mkdir(parents=True)
-    text = DAG_WORKFLOW.format(
-        target="../" * depth + "etc/passwd", link=tree.work / "link", deep=os.path.relpath(deep, tree.base)
-    )
+    deep, target = climb_to_passwd(tree)
+    text = DAG_WORKFLOW.format(target=target, link=tree.work / "link", deep=os.path.relpath(deep, tree.base))
     dag = build_dag(parse_workflow_text(text), working_dir=str(tree.base), discover_tools=False)
     dag_run = run_dag_test(dag)
     assert os.path.realpath(tree.work / "link") == "/etc/passwd"  # planted, as the page's check allows
@@ -485,8 +486,9 @@ def run_as_nobody(base: Path, command: str) -> tuple[int, str, dict[str, Any]]:
 @pytest.mark.skipif(
     SETPRIV is None or not os.path.exists(SYSTEM_PYTHON), reason="needs setpriv and /usr/bin/python3"
 )
-def test_a_non_root_worker_gets_landlock_a_user_namespace_and_the_subreaper(open_tree: Path) -> None:
-    marker = new_marker()
+def test_a_non_root_worker_gets_landlock_a_user_namespace_and_the_subreaper(
+    open_tree: Path, marker: str
+) -> None:
     receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     receiver.bind(("127.0.0.1", 0))
     receiver.settimeout(0.5)
@@ -504,7 +506,6 @@ def test_a_non_root_worker_gets_landlock_a_user_namespace_and_the_subreaper(open
             received = b""
     finally:
         receiver.close()
-        kill_leftovers(marker)
     assert code == 0, report
     assert report["kernel"] == {"netns": "userns+netns", "landlock": "applied"}, report
     assert report["cgroup"].startswith("none: cannot create"), report  # not root: the subreaper alone

@@ -13,21 +13,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
-from sandbox_support import (
-    PYTHON_BIN,
-    kill_leftovers,
-    make_tree,
-    new_marker,
-    processes_with,
-    python_command,
-    registry,
-    wait_for_processes,
-)
+from process_support import processes_with, wait_for_processes
+from sandbox_support import PYTHON_BIN, make_tree, python_command, registry
 
 from airflow_provider_agentloom.tools._process import CommandResult, run_shell
 from airflow_provider_agentloom.tools._reaper import cgroup_dir_for
@@ -47,13 +38,6 @@ print("main-done")"""
 
 
 DAEMON = python_command(_DAEMON_CODE)
-
-
-@pytest.fixture
-def marker() -> Iterator[str]:
-    value = new_marker()
-    yield value
-    kill_leftovers(value)
 
 
 UNSANDBOXED_FORMS = [

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from process_support import is_gone
 from tools_support import Tree
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError, ToolError
@@ -23,16 +24,6 @@ def registry_for(base: Path, sandbox: ToolSandbox | None = None) -> ToolRegistry
     registry = ToolRegistry()
     register_builtins(registry, sandbox, base_dir=None if sandbox is not None else base)
     return registry
-
-
-def is_gone(pid: int) -> bool:
-    """Return True when ``pid`` no longer runs (exited, or a zombie nobody reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            state = handle.read().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")
 
 
 def wait_until_gone(pid: int, seconds: float = 3.0) -> bool:

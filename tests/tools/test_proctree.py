@@ -1,0 +1,109 @@
+"""``tools._proctree``: the one /proc process-tree code of the reaper, ``tools._process`` and the runner.
+
+Each test starts real processes carrying a marker, kills them through ``_proctree``, and searches
+all of ``/proc`` for the marker afterwards: nothing may be left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from process_support import processes_with, wait_for_processes
+
+from airflow_provider_agentloom.tools import _proctree
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux /proc only")
+
+# A child subreaper (as a runner's supervisor and the reaper are) whose command leaves a setsid'd
+# process and a double-forked one behind, then kills its own tree without killing itself.
+SUBREAPER = textwrap.dedent(
+    """
+    import json, os, subprocess, sys, time
+    from airflow_provider_agentloom.tools import _linux, _proctree
+    marker = sys.argv[1]
+    _linux.prctl(_linux.PR_SET_CHILD_SUBREAPER, 1)
+    subprocess.Popen(["sh", "-c", f"setsid sleep {marker} & (sleep {marker} &) ; exec sleep {marker}"])
+    deadline = time.monotonic() + 20
+    while len(_proctree.descendants(os.getpid())) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    listed = _proctree.descendants(os.getpid())
+    parents = [os.getpid()]
+    for pid in listed:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            parents.append(int(handle.read().rpartition(")")[2].split()[1]))
+    killed = _proctree.kill_tree(os.getpid(), include_root=False)
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
+    print(json.dumps({"self": os.getpid(), "listed": listed, "parents": parents[1:], "killed": killed}))
+    """
+)
+
+
+def _stat_field(pid: int, index: int) -> str:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        return handle.read().rpartition(")")[2].split()[index]
+
+
+@pytest.mark.timeout(60)
+def test_a_subreaper_kills_its_detached_and_double_forked_descendants_but_not_itself(marker: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SUBREAPER, marker], capture_output=True, text=True, timeout=40, check=False
+    )
+    assert done.returncode == 0, done.stderr  # the caller was never signalled
+    seen = json.loads(done.stdout)
+    # The command's sleep, the setsid'd one below it and the orphan re-parented to the subreaper.
+    assert len(seen["listed"]) == 3, seen
+    assert seen["self"] in seen["parents"]  # the orphan
+    for pid, parent in zip(seen["listed"], seen["parents"], strict=True):  # parents before children
+        assert parent == seen["self"] or seen["listed"].index(parent) < seen["listed"].index(pid)
+    assert sorted(seen["killed"]) == sorted(seen["listed"])
+    assert wait_for_processes(marker, present=False) == []
+
+
+@pytest.mark.timeout(30)
+def test_kill_tree_kills_the_root_and_every_descendant(marker: str) -> None:
+    root = subprocess.Popen(["sh", "-c", f"sleep {marker} & sh -c 'sleep {marker}' & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(processes_with(marker)) < 3 and time.monotonic() < deadline:  # root and two sleeps
+            time.sleep(0.02)
+        tree = _proctree.descendants(root.pid)
+        assert len(tree) >= 2
+        assert set(processes_with(marker)) <= {root.pid, *tree}
+        for pid in tree:  # each one's parent is listed before it
+            parent = int(_stat_field(pid, 1))
+            assert parent == root.pid or tree.index(parent) < tree.index(pid)
+        killed = _proctree.kill_tree(root.pid)
+        assert killed[0] == root.pid
+        assert set(tree) <= set(killed)
+        assert root.wait(timeout=10) == -signal.SIGKILL
+        assert wait_for_processes(marker, present=False) == []
+    finally:
+        root.kill()
+        root.wait()
+
+
+def test_a_process_has_no_descendants_once_it_has_ended_and_no_start_ticks() -> None:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert _proctree.descendants(child.pid) == []
+    assert _proctree.process_start_ticks(child.pid) is None
+
+
+def test_start_ticks_and_boot_id_identify_this_process() -> None:
+    ticks = _proctree.process_start_ticks(os.getpid())
+    assert ticks is not None
+    assert ticks == int(_stat_field(os.getpid(), 19))
+    assert _proctree.process_start_ticks(os.getpid()) == ticks  # stable for the process's life
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+        assert _proctree.boot_id() == handle.read().strip() != ""
