@@ -19,13 +19,11 @@ from dataclasses import dataclass
 
 from airflow.sdk import DAG
 
+from airflow_provider_agentloom import settings
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.limits import (
-    DEFAULT_LIMITS,
     ParseLimits,
-    limits_from,
-    limits_from_environment,
     read_workflow_text,
 )
 from airflow_provider_agentloom.workflow.models import Workflow
@@ -42,19 +40,6 @@ class BuiltWorkflow:
 
     workflow: Workflow
     dag: DAG
-
-
-def configured_limits() -> ParseLimits:
-    """The ``[agentloom] workflow_*`` options, read from Airflow's configuration now (bad: defaults)."""
-    try:
-        from airflow.configuration import conf
-    except ImportError:  # pragma: no cover - Airflow is a dependency
-        return limits_from_environment()
-    try:
-        return limits_from(lambda option: conf.get("agentloom", option, fallback=None))
-    except ValueError as exc:
-        log.error("%s; using the default workflow limits", exc)
-        return DEFAULT_LIMITS
 
 
 def contained(source: str, exc: Exception, activity: str) -> WorkflowValidationError:
@@ -119,7 +104,7 @@ def load_and_build(
     :param tools: custom tools (they do not change the verdict).
     :param working_dir: the tools' working directory (see ``WorkflowRunContext``).
     """
-    workflow = read_workflow(path, limits or configured_limits())
+    workflow = read_workflow(path, limits or settings.workflow_limits())
     if isinstance(workflow, WorkflowValidationError):
         return workflow
     dag = build_workflow_dag(workflow, tools=tools, working_dir=working_dir)

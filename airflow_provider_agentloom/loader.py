@@ -90,13 +90,13 @@ def load_workflows(
     :param working_dir: the directory built-in tools run from (``{dag_id}``/``{run_id}`` filled in).
     :return: the DAGs built, by DAG id.
     """
-    from airflow_provider_agentloom.file_dag import configured_limits
+    from airflow_provider_agentloom.settings import workflow_limits
 
     globals_dict = globals_dict if globals_dict is not None else {}
     root = Path(folder) if folder is not None else _caller_folder(globals_dict)
     dags: dict[str, DAG] = {}
     try:
-        folder_load = _FolderLoad(root, configured_limits(), tuple(tools), working_dir)
+        folder_load = _FolderLoad(root, workflow_limits(), tuple(tools), working_dir)
         folder_load.run(_workflow_files(root, tuple(patterns), recursive), dags)
     except Exception:  # never reached by a bad file (each is contained); a bug must not drop the others
         log.exception("The AgentLoom loader failed in %s; keeping the %d DAGs built so far", root, len(dags))

@@ -1,6 +1,7 @@
 """Read the provider's ``[agentloom]`` options: one typed getter per option, read each time it is called.
 
-The one module that reads ``[agentloom]``; ``get_provider_info.py`` declares the options. Never read
+The one module that reads ``[agentloom]`` (the workflow limits included); ``get_provider_info.py``
+declares the options. Never read
 at import: a worker's configuration may change between DAG parses, and plain-Python use has no
 Airflow configuration at all (each getter then returns its default). A value that is not what the
 option expects is an error naming the option. The LLM options' defaults are ``llm``'s own, imported
@@ -10,11 +11,13 @@ the model clients (nor httpx).
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, TypeVar
 
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.tools._kernel import KernelSandboxMode, mode_from_environment, parse_mode
+from airflow_provider_agentloom.workflow.limits import DEFAULT_LIMITS, ParseLimits, limits_from
 
 __all__ = [
     "SECTION",
@@ -25,10 +28,13 @@ __all__ = [
     "max_tool_calls_per_reply",
     "option",
     "positive_number",
+    "workflow_limits",
     "working_dir",
 ]
 
 SECTION = "agentloom"
+
+log = logging.getLogger(__name__)
 
 _Number = TypeVar("_Number", int, float)
 
@@ -113,3 +119,16 @@ def max_tool_calls_per_reply() -> int:
     from airflow_provider_agentloom.llm.loop import DEFAULT_MAX_TOOL_CALLS_PER_REPLY
 
     return _positive_option("max_tool_calls_per_reply", int, DEFAULT_MAX_TOOL_CALLS_PER_REPLY)
+
+
+def workflow_limits() -> ParseLimits:
+    """Return the ``[agentloom] workflow_*`` limits of one workflow file's load.
+
+    A bad value is logged and the defaults are used: a typo in the configuration must not cost
+    the dags folder its DAGs.
+    """
+    try:
+        return limits_from(option)
+    except ValueError as exc:
+        log.error("%s; using the default workflow limits", exc)
+        return DEFAULT_LIMITS

@@ -161,11 +161,12 @@ def _add_run_options(command: argparse.ArgumentParser) -> None:
 def _validate(args: argparse.Namespace) -> int:
     """Load and build each file exactly as the dags-folder loader does (a dry run of its DAG)."""
     from airflow_provider_agentloom.cli.render import validation_report
-    from airflow_provider_agentloom.file_dag import configured_limits, load_and_build
+    from airflow_provider_agentloom.file_dag import load_and_build
+    from airflow_provider_agentloom.settings import workflow_limits
     from airflow_provider_agentloom.workflow.lint import lint_workflow
     from airflow_provider_agentloom.workflow.parser import graph_of
 
-    limits = configured_limits()
+    limits = workflow_limits()
     code = EXIT_OK
     for file in args.files:
         result = load_and_build(file, limits=limits)

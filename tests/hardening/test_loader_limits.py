@@ -28,8 +28,9 @@ from loader_support import (
 
 from airflow_provider_agentloom import loader
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
-from airflow_provider_agentloom.file_dag import configured_limits, load_and_build
+from airflow_provider_agentloom.file_dag import load_and_build
 from airflow_provider_agentloom.get_provider_info import get_provider_info
+from airflow_provider_agentloom.settings import workflow_limits
 from airflow_provider_agentloom.workflow.limits import DEFAULT_LIMITS, ParseLimits
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
@@ -91,7 +92,7 @@ def test_a_bad_option_value_is_logged_and_the_defaults_kept(
 ) -> None:
     monkeypatch.setenv(OPTION_ENV.format("MAX_NODES"), "lots")
     with caplog.at_level(logging.ERROR):
-        assert configured_limits() == DEFAULT_LIMITS
+        assert workflow_limits() == DEFAULT_LIMITS
     assert "[agentloom] workflow_max_nodes = 'lots': expected a positive int" in caplog.text
 
 
