@@ -1,9 +1,9 @@
 """Read the provider's ``[agentloom]`` options: one typed getter per option, read each time it is called.
 
 The one module that reads ``[agentloom]`` (the workflow limits included); ``get_provider_info.py``
-declares the options. Never read
-at import: a worker's configuration may change between DAG parses, and plain-Python use has no
-Airflow configuration at all (each getter then returns its default). A value that is not what the
+declares the options. Never read at import: a worker's configuration may change between DAG
+parses, and plain-Python use has no Airflow configuration at all (each getter then returns its
+default). A value that is not what the
 option expects is an error naming the option. The LLM options' defaults are ``llm``'s own, imported
 when asked for, so that a tool step, which reads ``working_dir`` and ``kernel_sandbox``, never loads
 the model clients (nor httpx).
