@@ -7,6 +7,7 @@ share one migrated database; it lives in a temporary folder for the session.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -35,6 +36,18 @@ if str(TESTS) not in sys.path:
 from cli_support import is_outside_setting  # noqa: E402
 from process_support import kill_marked, new_marker  # noqa: E402
 from shared_paths import EXAMPLES  # noqa: E402
+
+# Fixed places the suite cannot move: the corpus examples name absolute paths (13:
+# /tmp/agentloom-demo, 17 and 18: /tmp/agentloom), which is also the default working directory of a
+# DAG built without one. What the session creates there is removed at its end, with its home.
+_FIXED_PLACES = [Path(tempfile.gettempdir()) / "agentloom", Path(tempfile.gettempdir()) / "agentloom-demo"]
+_FIXED_PLACES_BEFORE = {place for place in _FIXED_PLACES if os.path.lexists(place)}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session's Airflow home and what the session created in the fixed places."""
+    for place in [_HOME, *(p for p in _FIXED_PLACES if p not in _FIXED_PLACES_BEFORE)]:
+        shutil.rmtree(place, ignore_errors=True)
 
 
 def _is_loopback(address: Any) -> bool:

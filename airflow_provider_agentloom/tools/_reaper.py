@@ -86,6 +86,7 @@ def _make_cgroup() -> tuple[str | None, str]:
         os.mkdir(path, 0o755)
     except OSError as exc:
         return None, f"cannot create {path}: {exc.strerror}"
+    _remove_stale_cgroups(os.path.dirname(path))
     if not os.path.exists(os.path.join(path, "cgroup.kill")):  # Linux < 5.14
         remove_cgroup(path)
         return None, "no cgroup.kill (Linux 5.14 or later)"
@@ -99,6 +100,27 @@ def kill_cgroup(path: str) -> None:
             handle.write("1")
     except OSError:
         pass
+
+
+def _remove_stale_cgroups(parent: str) -> None:
+    """Remove the empty cgroups of reapers that are gone.
+
+    A reaper killed outright (``kill -9``, or a whole tree killed at once by the runner on Ctrl-C)
+    cannot remove its own; the next reaper under the same parent does. A cgroup whose reaper still
+    runs is never touched, nor one still holding a process (``rmdir`` refuses it anyway).
+    """
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(_CGROUP_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_CGROUP_PREFIX) :]
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        try:
+            os.rmdir(os.path.join(parent, name))
+        except OSError:
+            pass  # still populated (its processes are being killed), or removed by another reaper
 
 
 def remove_cgroup(path: str) -> None:

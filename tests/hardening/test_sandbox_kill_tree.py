@@ -144,6 +144,26 @@ async def test_a_killed_reaper_leaves_nothing_where_it_had_a_cgroup(tmp_path: Pa
     assert not os.path.exists(str(cgroup_dir_for(reaper)))
 
 
+async def test_the_next_command_removes_the_cgroups_of_reapers_killed_outright(tmp_path: Path) -> None:
+    # A reaper killed with its task process (the runner's Ctrl-C, kill -9) cannot remove its cgroup.
+    probe = await run_shell("true", cwd=str(tmp_path), env=None, timeout=30)
+    if probe.report["cgroup"].startswith("none"):
+        pytest.skip(f"no writable cgroup v2 here ({probe.report['cgroup']})")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale, alive = str(cgroup_dir_for(gone.pid)), str(cgroup_dir_for(os.getpid()))
+    os.mkdir(stale)
+    os.mkdir(alive)  # a cgroup whose reaper (here: this process) still runs is not touched
+    try:
+        await run_shell("true", cwd=str(tmp_path), env=None, timeout=30)
+        assert not os.path.exists(stale)
+        assert os.path.isdir(alive)
+    finally:
+        for path in (stale, alive):
+            if os.path.isdir(path):
+                os.rmdir(path)
+
+
 def wait_for_count(marker: str, count: int, seconds: float = 30) -> None:
     deadline = time.monotonic() + seconds
     while len(processes_with(marker)) < count:
