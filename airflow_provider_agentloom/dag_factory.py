@@ -33,7 +33,7 @@ _JSON_TYPES: dict[type, str] = {
 }
 
 
-def operator_class(step: StepModel) -> type[AgentLoomStepOperator]:
+def operator_class(step: StepModel) -> type[AgentLoomStepOperator[Any]]:
     """The operator class that runs ``step``."""
     from airflow_provider_agentloom.operators import registry
 
@@ -83,7 +83,7 @@ def build_dag(
     check_schedule(dag, workflow)
     if fileloc is not None:
         dag.fileloc = fileloc
-    tasks: dict[str, AgentLoomStepOperator] = {}
+    tasks: dict[str, AgentLoomStepOperator[Any]] = {}
     for step_id in graph.order:
         step = graph.steps[step_id]
         tasks[step_id] = operator_class(step)(

@@ -33,7 +33,9 @@ def spine_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_run_fails_because_one_step_failed(spine_run: dict[str, Any]) -> None:
     assert str(spine_run["dag_run"].state) == "failed"
     assert spine_run["result"].status == "failed"
-    assert "missing_key" in (spine_run["result"].error or "")
+    # upstream's run error: the first failed step's own error, verbatim (no "Step ... failed:" prefix)
+    assert spine_run["result"].error == spine_run["result"].step_results["missing_key"].error
+    assert "state.not_in_state" in (spine_run["result"].error or "")
 
 
 def test_state_argument_passes_a_dict_whole(spine_run: dict[str, Any]) -> None:
@@ -100,5 +102,7 @@ def test_final_state(spine_run: dict[str, Any]) -> None:
     assert state["slow_result"] == {"fast": True}
     assert state["indep"]["returncode"] == 0
     assert "never" not in state
-    assert set(state["steps"]) == {"take_order", "use_field", "flaky", "slow", "independent"}
+    assert set(state["steps"]) == {"take_order", "use_field", "flaky", "slow", "independent", "missing_key"}
+    # ours: a failed step's entry carries its real status (upstream writes none), so routers can branch on it
+    assert state["steps"]["missing_key"] == {"output": None, "status": "failed"}
     assert state["steps"]["take_order"]["output"] == state["taken"]

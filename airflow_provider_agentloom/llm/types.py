@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from airflow_provider_agentloom.workflow.models import ThinkingConfig, ToolChoiceByName
+from airflow_provider_agentloom.workflow.results import TokenUsage
 
 __all__ = [
     "MAX_TOKENS_PER_REPLY",
@@ -185,35 +186,6 @@ class ChatRequest(_Model):
         if isinstance(own, dict):
             merged.update(own)
         return merged
-
-
-class TokenUsage(_Model):
-    """Token counts of one call (or a sum of calls).
-
-    ``completion_tokens`` never includes ``reasoning_tokens``: a vendor that reports reasoning inside
-    its completion count (OpenAI) has it subtracted, so ``prompt + completion + reasoning == total``
-    and the cost formula never bills reasoning twice. No count is ever negative (a sum of calls may
-    pass ``MAX_TOKENS_PER_REPLY``; one vendor count may not, see ``TokenCount``).
-    """
-
-    prompt_tokens: int = Field(default=0, ge=0)
-    completion_tokens: int = Field(default=0, ge=0)
-    reasoning_tokens: int = Field(default=0, ge=0)
-    total_tokens: int = Field(default=0, ge=0)
-
-    @model_validator(mode="after")
-    def _fill_total(self) -> TokenUsage:
-        if not self.total_tokens:
-            self.total_tokens = self.prompt_tokens + self.completion_tokens + self.reasoning_tokens
-        return self
-
-    def __add__(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-        )
 
 
 class RecordedToolResult(_Model):

@@ -17,24 +17,18 @@ one model call each: ``spent ≤ budget_usd + (steps running at once) × (the de
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
-
-from airflow.sdk.exceptions import AirflowFailException
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import BudgetExceededError
-from airflow_provider_agentloom.operators.base import META_KEY
 from airflow_provider_agentloom.workflow.models import StepType
-from airflow_provider_agentloom.workflow.results import StepMeta, StepStatus, TokenUsage
+from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, TokenUsage
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
-
     from airflow_provider_agentloom.llm.base import OnChunk
     from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
-    from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
     from airflow_provider_agentloom.operators.context import WorkflowRunContext
 
-__all__ = ["SPEND_KEY", "BudgetGuard", "recorded_spend", "stop_for_budget"]
+__all__ = ["SPEND_KEY", "BudgetGuard", "recorded_spend"]
 
 SPEND_KEY = "agentloom_spend"
 """XCom key under which a running model step publishes its spend so far (USD)."""
@@ -53,8 +47,8 @@ def recorded_spend(ti: Any, run_context: WorkflowRunContext, *, exclude: str) ->
         if step_id == exclude:
             continue
         task_id = run_context.task_id(step_id)
-        meta = ti.xcom_pull(task_ids=task_id, key=META_KEY)
-        finished = _amount(meta.get("cost_usd")) if isinstance(meta, dict) else 0.0
+        meta = StepMeta.from_xcom(ti.xcom_pull(task_ids=task_id, key=META_KEY))
+        finished = _amount(meta.cost_usd) if meta is not None else 0.0
         live = _amount(ti.xcom_pull(task_ids=task_id, key=SPEND_KEY)) if step.type in _MODEL_STEPS else 0.0
         total += max(finished, live)
     return total
@@ -114,32 +108,3 @@ class BudgetGuard:
         self.usage = self.usage + TokenUsage.model_validate(response.usage.model_dump())
         self._publish(self.cost)
         return response
-
-
-def stop_for_budget(
-    operator: AgentLoomStepOperator,
-    context: Context,
-    exc: BudgetExceededError,
-    guard: BudgetGuard,
-    started: float,
-) -> NoReturn:
-    """End a step the budget stopped between two model calls, as a step the budget stopped before it starts.
-
-    The metadata says ``skipped`` with the budget's message and ``budget_exceeded`` (so the run ends
-    ``budget_exceeded``), plus the tokens and cost of the calls the step made; the task fails.
-    """
-    step = operator.step
-    meta = StepMeta(
-        step_id=step.id,
-        step_type=operator.step_type,
-        status=StepStatus.SKIPPED,
-        attempts=int(context["ti"].try_number or 1),
-        output_key=step.output,
-        error=str(exc),
-        token_usage=guard.usage,
-        cost_usd=guard.cost,
-        extra={"budget_exceeded": True, "model_calls": guard.calls},
-    )
-    operator._push_meta(context, meta, started)
-    operator.log.error("Step %s stopped after %d model calls: %s", step.id, guard.calls, exc)
-    raise AirflowFailException(str(exc)) from None

@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import anyio
 
@@ -28,7 +28,6 @@ from airflow_provider_agentloom.operators.budget import (
     SPEND_KEY,
     BudgetGuard,
     recorded_spend,
-    stop_for_budget,
 )
 from airflow_provider_agentloom.settings import max_parallel_tool_calls, max_tool_calls_per_reply
 from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
@@ -44,6 +43,8 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.tools.registry import ToolRegistry
 
 _REPLY_KEY = "agentloom_reply_{}"
+
+ModelStepT = TypeVar("ModelStepT", LLMCallStep, AgentStep)
 
 
 @dataclass
@@ -61,17 +62,15 @@ class _ModelCall:
     tool_limits: tuple[int, int] = (1, 1)
 
 
-class ModelStepOperator(AgentLoomStepOperator):
+class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
     """The shared body of the steps that call a model; subclasses say which tools and how many rounds."""
 
     ui_color = "#e6f4ea"
 
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
         step = self.step
-        assert isinstance(step, (LLMCallStep, AgentStep))
         if not step.prompt:
             raise StepError(f"{step.type} step {step.id!r} has no prompt")
-        started = time.monotonic()
         prompt = render_template(step.prompt, state, self.warn_missing)
         system = render_template(step.system_prompt, state, self.warn_missing) if step.system_prompt else None
         base_dir = self.run_context.resolve_working_dir(context["run_id"])
@@ -87,10 +86,12 @@ class ModelStepOperator(AgentLoomStepOperator):
         )
         try:
             return anyio.run(self._call_model, call)
-        except BudgetExceededError as exc:
-            if guard is None:
-                raise
-            stop_for_budget(self, context, exc, guard, started)
+        except BudgetExceededError:
+            if guard is not None and self.current_run is not None:
+                # The calls made before the budget stopped the step are kept in its metadata.
+                self.current_run.spent(guard.usage, guard.cost, model_calls=guard.calls)
+                self.log.error("Step %s stopped after %d model calls", self.step.id, guard.calls)
+            raise
 
     def _budget_guard(self, client: Any, context: Context) -> BudgetGuard | None:
         """With ``config.budget_usd``, a client that checks the run's budget before every model call."""
@@ -111,7 +112,6 @@ class ModelStepOperator(AgentLoomStepOperator):
         from airflow_provider_agentloom.llm.types import ChatRequest, Message
 
         step = self.step
-        assert isinstance(step, (LLMCallStep, AgentStep))
         gateway, registry = call.gateway, call.registry
         attachments = await self._attachments(call.state, call.base_dir)
         prompt, system, default_model = call.prompt, call.system, call.default_model
@@ -227,7 +227,6 @@ class ModelStepOperator(AgentLoomStepOperator):
     def streams(self) -> bool:
         """The step's effective ``stream`` flag: the step's own, else the CLI's, else ``config.stream``."""
         step = self.step
-        assert isinstance(step, (LLMCallStep, AgentStep))
         if step.stream is not None:
             return step.stream
         return self.run_context.llm.stream or self.run_context.workflow.config.stream
@@ -245,7 +244,7 @@ class ModelStepOperator(AgentLoomStepOperator):
         raise NotImplementedError
 
 
-class LLMCallOperator(ModelStepOperator):
+class LLMCallOperator(ModelStepOperator[LLMCallStep]):
     """Run an ``llm_call`` step: one model call, or a tool loop over the tools the step declares.
 
     A tool error or sandbox refusal goes back to the model as the tool's result; the step goes on.
@@ -254,21 +253,18 @@ class LLMCallOperator(ModelStepOperator):
     step_type: ClassVar[str] = "llm_call"
 
     def uses_tools(self) -> bool:
-        assert isinstance(self.step, LLMCallStep)
         return bool(self.step.tools)
 
     def tool_specs(self, registry: ToolRegistry) -> list[ToolSpec]:
         from airflow_provider_agentloom.llm.loop import tool_specs_for_llm_call
 
-        assert isinstance(self.step, LLMCallStep)
         return tool_specs_for_llm_call(self.step.tools, registry)
 
     def max_rounds(self) -> int:
-        assert isinstance(self.step, LLMCallStep)
         return self.step.max_tool_iterations
 
 
-class AgentOperator(ModelStepOperator):
+class AgentOperator(ModelStepOperator[AgentStep]):
     """Run an ``agent`` step: the model picks from the step's registered tools until it answers.
 
     Each tool is declared with its own description and parameters; the calls of one reply run
@@ -283,11 +279,9 @@ class AgentOperator(ModelStepOperator):
     def tool_specs(self, registry: ToolRegistry) -> list[ToolSpec]:
         from airflow_provider_agentloom.llm.loop import tool_specs_for_agent
 
-        assert isinstance(self.step, AgentStep)
         return tool_specs_for_agent(self.step.tools, registry)
 
     def max_rounds(self) -> int:
-        assert isinstance(self.step, AgentStep)
         return self.step.max_iterations
 
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
+from typing import Any
 
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
-from airflow_provider_agentloom.workflow.models import StepModel, Workflow
+from airflow_provider_agentloom.operators.llm import AgentOperator, LLMCallOperator
+from airflow_provider_agentloom.operators.tool import ToolStepOperator
+from airflow_provider_agentloom.workflow.models import StepModel, StepType, Workflow
 from airflow_provider_agentloom.workflow.parser import issue_in
 
-_OPERATORS: dict[str, str] = {
-    "tool": "airflow_provider_agentloom.operators.tool:ToolStepOperator",
-    "llm_call": "airflow_provider_agentloom.operators.llm:LLMCallOperator",
-    "agent": "airflow_provider_agentloom.operators.llm:AgentOperator",
+OPERATORS: dict[StepType, type[AgentLoomStepOperator[Any]]] = {
+    StepType.TOOL: ToolStepOperator,
+    StepType.LLM_CALL: LLMCallOperator,
+    StepType.AGENT: AgentOperator,
 }
+"""The operator class of each step type that can run."""
 
 
 def check_supported(workflow: Workflow) -> None:
@@ -24,17 +27,15 @@ def check_supported(workflow: Workflow) -> None:
             ("steps", index, "type"),
             f"step {step.id!r}: step type {str(step.type)!r} is not supported yet: this version of the "
             f"provider has no Airflow operator for it, so the workflow cannot run (supported step "
-            f"types: {', '.join(_OPERATORS)})",
+            f"types: {', '.join(OPERATORS)})",
         )
         for index, step in enumerate(workflow.steps)
-        if str(step.type) not in _OPERATORS
+        if StepType(step.type) not in OPERATORS
     ]
     if issues:
         raise WorkflowValidationError(issues)
 
 
-def operator_for(step: StepModel) -> type[AgentLoomStepOperator]:
+def operator_for(step: StepModel) -> type[AgentLoomStepOperator[Any]]:
     """Return the operator class for ``step``'s type (``check_supported`` has passed)."""
-    module, _, name = _OPERATORS[str(step.type)].partition(":")
-    cls: type[AgentLoomStepOperator] = getattr(importlib.import_module(module), name)
-    return cls
+    return OPERATORS[StepType(step.type)]

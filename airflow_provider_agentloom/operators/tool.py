@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class ToolStepOperator(AgentLoomStepOperator):
+class ToolStepOperator(AgentLoomStepOperator[ToolStep]):
     """Call a registered tool (a built-in or one of your own) with the step's resolved ``tool_args``.
 
     The failure table of the spec page applies: an unregistered tool or a missing ``state.``
@@ -30,7 +30,6 @@ class ToolStepOperator(AgentLoomStepOperator):
         from airflow_provider_agentloom.tools.invoke import invoke_tool
 
         step = self.step
-        assert isinstance(step, ToolStep)
         if not step.tool_name:
             raise StepError(f"tool step {step.id!r} has no tool_name")
         arguments = resolve_value(step.tool_args, state, self.warn_missing)

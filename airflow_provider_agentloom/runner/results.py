@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_agentloom.operators.base import META_KEY
 from airflow_provider_agentloom.operators.context import WorkflowRunContext
 from airflow_provider_agentloom.workflow.redaction import redact_state, redacted_key_patterns
 from airflow_provider_agentloom.workflow.results import (
+    FAILURES,
+    META_KEY,
     RunResult,
+    StepMeta,
     StepResult,
     StepStatus,
     TokenUsage,
     WorkflowStatus,
+    final_state,
+    run_outcome,
 )
-from airflow_provider_agentloom.workflow.state import initial_state, rebuild_state
+from airflow_provider_agentloom.workflow.state import initial_state
+
+_NEVER = datetime.max.replace(tzinfo=UTC)
 
 ProgressCallback = Callable[[StepResult, str], None]
 """Called with a step's result and an event: ``"done"`` (final) or ``"retry"`` (an attempt failed)."""
@@ -39,6 +46,7 @@ class RunResultCollector:
         self.logs_folder = logs_folder
         self._reported: dict[str, tuple[str, int]] = {}
         self._step_of_task = {run_context.task_id(sid): sid for sid in run_context.graph.steps}
+        self._rank = {sid: rank for rank, sid in enumerate(run_context.graph.order)}
         self._lost: dict[tuple[str, int], str] = {}
         self.interrupted: str | None = None
         """Why the run was stopped (``interrupted by SIGINT (Ctrl-C)``), once it was."""
@@ -61,6 +69,7 @@ class RunResultCollector:
             TaskInstanceState.UPSTREAM_FAILED,
             TaskInstanceState.AWAITING_INPUT,
         }
+        ended: list[tuple[Any, str, str]] = []
         for ti in tis:
             state = ti.state
             event = "done" if state in final else "retry" if state == TaskInstanceState.UP_FOR_RETRY else None
@@ -70,8 +79,11 @@ class RunResultCollector:
             if self._reported.get(ti.task_id) == mark:
                 continue
             self._reported[ti.task_id] = mark
-            step_id = self._step_of_task.get(ti.task_id, ti.task_id)
-            self.on_progress(self._step_result(session, ti, step_id, {}), event)
+            ended.append((ti, event, self._step_of_task.get(ti.task_id, ti.task_id)))
+        # In the order the steps ended (a dependent's skip never prints before its parent's failure).
+        ended.sort(key=lambda item: (item[0].end_date or _NEVER, self._rank.get(item[2], 0)))
+        for ti, event, step_id in ended:
+            self.on_progress(self._step_result(session, ti, step_id, {})[0], event)
 
     def collect(
         self, session: Any, dag_run: Any, *, paused: bool = False, started: float | None = None
@@ -85,77 +97,67 @@ class RunResultCollector:
         graph = self.ctx.graph
         results: dict[str, StepResult] = {}
         failures: dict[str, str] = {}
-        budget: dict[str, str] = {}
+        budget_stopped: list[str] = []
         for step_id in graph.order:
             ti = tis.get(self.ctx.task_id(step_id))
             if ti is None or ti.state in (None, TaskInstanceState.SCHEDULED, TaskInstanceState.QUEUED):
                 continue
-            result = self._step_result(session, ti, step_id, {**failures, **budget})
+            result, meta = self._step_result(session, ti, step_id, failures, budget_stopped)
             results[step_id] = result
-            if result.status in (StepStatus.FAILED, StepStatus.TIMEOUT):
+            if result.status in FAILURES:
                 failures[step_id] = result.error or result.status.value
-            elif result.status == StepStatus.SKIPPED and _is_budget_error(result.error):
-                budget[step_id] = result.error or ""
+            elif meta is not None and meta.budget_exceeded:
+                budget_stopped.append(step_id)
+                failures[step_id] = result.error or ""
         base = initial_state(self.ctx.workflow.state, self.conf)
-        final_state = rebuild_state(
-            base,
-            (
-                (sid, graph.steps[sid].output, r.output)
-                for sid, r in results.items()
-                if r.status == StepStatus.SUCCESS
-            ),
-        )
+        state = final_state(base, ((sid, graph.steps[sid].output, r) for sid, r in results.items()))
         # Step outputs were masked by their tasks; a redacted key's own value is shown as its marker.
-        final_state = redact_state(final_state, redacted_key_patterns(self.ctx.workflow.state_schema))
-        status, error = self._run_status(results, failures, paused)
+        state = redact_state(state, redacted_key_patterns(self.ctx.workflow.state_schema))
+        status, error = run_outcome(results, budget_stopped=budget_stopped, paused=paused)
         if self.interrupted is not None:
             status, error = WorkflowStatus.FAILED, f"Run {self.interrupted}"
-        if budget and status != WorkflowStatus.FAILED:
-            status, error = WorkflowStatus.BUDGET_EXCEEDED, next(iter(budget.values()))
         usage = sum((r.token_usage for r in results.values()), TokenUsage())
         return RunResult(
             workflow_name=self.ctx.workflow.name,
             status=status,
             run_id=dag_run.run_id,
             step_results=results,
-            final_state=final_state,
+            final_state=state,
             total_tokens=usage.total_tokens,
             total_cost_usd=round(sum(r.cost_usd for r in results.values()), 10),
             total_duration_ms=round((time.monotonic() - started) * 1000, 3) if started is not None else 0.0,
             error=error,
         )
 
-    def _run_status(
-        self, results: dict[str, StepResult], failures: dict[str, str], paused: bool
-    ) -> tuple[WorkflowStatus, str | None]:
-        if failures:
-            first = next(iter(failures))
-            return WorkflowStatus.FAILED, f"Step {first!r} failed: {failures[first]}"
-        if paused:
-            waiting = [sid for sid, r in results.items() if r.status == StepStatus.PAUSED]
-            return WorkflowStatus.PAUSED, f"Pause requested at step {waiting[0]!r}" if waiting else None
-        return WorkflowStatus.SUCCESS, None
-
-    def _step_result(self, session: Any, ti: Any, step_id: str, failures: Mapping[str, str]) -> StepResult:
+    def _step_result(
+        self,
+        session: Any,
+        ti: Any,
+        step_id: str,
+        failures: Mapping[str, str],
+        budget_stopped: Sequence[str] = (),
+    ) -> tuple[StepResult, StepMeta | None]:
+        """One step's result; ``failures`` are the earlier steps that failed or that the budget stopped."""
         from airflow.utils.state import TaskInstanceState
 
-        meta = _xcom(session, ti, META_KEY) or {}
+        meta = StepMeta.from_xcom(_xcom(session, ti, META_KEY))
         output = _xcom(session, ti, "return_value")
         state = ti.state
-        if (meta.get("extra") or {}).get("budget_exceeded"):
+        if meta is not None and meta.budget_exceeded:
             status = StepStatus.SKIPPED
         elif state == TaskInstanceState.SUCCESS:
-            status = StepStatus(meta.get("status", "success"))
+            status = meta.status if meta is not None else StepStatus.SUCCESS
         elif state in (TaskInstanceState.FAILED, TaskInstanceState.UP_FOR_RETRY):
-            status = StepStatus.TIMEOUT if meta.get("status") == "timeout" else StepStatus.FAILED
+            timed_out = meta is not None and meta.status == StepStatus.TIMEOUT
+            status = StepStatus.TIMEOUT if timed_out else StepStatus.FAILED
         elif state == TaskInstanceState.AWAITING_INPUT:
             status = StepStatus.PAUSED
         else:
             status = StepStatus.SKIPPED
-        error = meta.get("error") if status != StepStatus.SUCCESS else None
+        error = meta.error if meta is not None and status != StepStatus.SUCCESS else None
         if state == TaskInstanceState.UPSTREAM_FAILED:
             cause = next((a for a in reversed(self.ctx.graph.ancestors[step_id]) if a in failures), None)
-            if cause is not None and _is_budget_error(failures[cause]):
+            if cause is not None and cause in budget_stopped:
                 error = failures[cause]
             elif cause is not None:
                 error = f"skipped due to upstream failure: {cause}"
@@ -168,19 +170,20 @@ class RunResultCollector:
                 (ti.task_id, int(ti.try_number or 0)),
                 "the task failed before the step started (see the task log)",
             )
-        return StepResult(
+        result = StepResult(
             step_id=step_id,
             status=status,
             output=output if status == StepStatus.SUCCESS else None,
             error=error,
-            attempts=int(meta.get("attempts") or ti.try_number or 0),
-            duration_ms=float(meta.get("duration_ms") or 0.0),
-            token_usage=TokenUsage(**(meta.get("token_usage") or {})),
-            cost_usd=float(meta.get("cost_usd") or 0.0),
-            model=meta.get("model"),
-            provider=meta.get("provider"),
+            attempts=(meta.attempts if meta is not None else 0) or int(ti.try_number or 0),
+            duration_ms=meta.duration_ms if meta is not None else 0.0,
+            token_usage=meta.token_usage if meta is not None else TokenUsage(),
+            cost_usd=meta.cost_usd if meta is not None else 0.0,
+            model=meta.model if meta is not None else None,
+            provider=meta.provider if meta is not None else None,
             log_file=self._log_file(ti),
         )
+        return result, meta
 
     def _log_file(self, ti: Any) -> str | None:
         """The task log of the last attempt, where Airflow's default log file template puts it."""
@@ -194,10 +197,6 @@ class RunResultCollector:
             / f"attempt={ti.try_number}.log"
         )
         return str(path) if path.is_file() else None
-
-
-def _is_budget_error(error: str | None) -> bool:
-    return bool(error and error.startswith("Budget exceeded:"))
 
 
 def _xcom(session: Any, ti: Any, key: str) -> Any:

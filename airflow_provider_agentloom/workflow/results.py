@@ -1,11 +1,17 @@
-"""``StepResult`` and ``RunResult``: the one JSON shape shared by XCom metadata, the runner and ``--json``."""
+"""The result contract: step metadata, step and run results, and the pure functions over them.
+
+``StepMeta`` is what a task pushes to XCom beside its output; ``StepResult`` and ``RunResult`` are the
+one JSON shape shared by the runner, ``--json`` and the Python API; ``run_outcome`` and ``final_state``
+turn step results into a run's status, error and state, for the runner and for subworkflow outputs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class StepStatus(StrEnum):
@@ -32,12 +38,26 @@ class WorkflowStatus(StrEnum):
 
 
 class TokenUsage(BaseModel):
-    """Token counts of one step (summed over its model calls)."""
+    """Token counts of one call (or a sum of calls).
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-    total_tokens: int = 0
+    ``completion_tokens`` never includes ``reasoning_tokens``: a vendor that reports reasoning inside
+    its completion count (OpenAI) has it subtracted, so ``prompt + completion + reasoning == total``
+    and the cost formula never bills reasoning twice. No count is ever negative (a sum of calls may
+    pass ``MAX_TOKENS_PER_REPLY``; one vendor count may not, see ``TokenCount``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+    reasoning_tokens: int = Field(default=0, ge=0)
+    total_tokens: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _fill_total(self) -> TokenUsage:
+        if not self.total_tokens:
+            self.total_tokens = self.prompt_tokens + self.completion_tokens + self.reasoning_tokens
+        return self
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
@@ -48,8 +68,15 @@ class TokenUsage(BaseModel):
         )
 
 
+META_KEY = "agentloom"
+"""The XCom key under which every step task pushes its :class:`StepMeta`, beside its output."""
+
+
 class StepMeta(BaseModel):
-    """What a task pushes under the ``agentloom`` XCom key, beside its output."""
+    """What a task pushes under the ``agentloom`` XCom key, beside its output.
+
+    ``budget_exceeded`` marks a step the run's budget stopped (its status is ``skipped``).
+    """
 
     step_id: str
     step_type: str
@@ -63,7 +90,18 @@ class StepMeta(BaseModel):
     cost_usd: float = 0.0
     model: str | None = None
     provider: str | None = None
+    budget_exceeded: bool = False
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_xcom(cls, value: Any) -> StepMeta | None:
+        """The metadata a task pushed, validated; None when there is none or it is not ours."""
+        if not isinstance(value, dict):
+            return None
+        try:
+            return cls.model_validate(value)
+        except ValidationError:
+            return None
 
 
 class StepResult(BaseModel):
@@ -94,3 +132,46 @@ class RunResult(BaseModel):
     total_cost_usd: float = 0.0
     total_duration_ms: float = 0.0
     error: str | None = None
+
+
+FAILURES = frozenset({StepStatus.FAILED, StepStatus.TIMEOUT})
+"""The step statuses that fail a run (a last attempt that timed out counts as a failure: ours)."""
+
+
+def run_outcome(
+    results: Mapping[str, StepResult], *, budget_stopped: Sequence[str] = (), paused: bool = False
+) -> tuple[WorkflowStatus, str | None]:
+    """A run's status and error from its step results, in upstream order.
+
+    The error is upstream's: the first failed step's own error, verbatim. A budget stop wins
+    over a pause; a failure wins over both.
+    """
+    failed = next((r for r in results.values() if r.status in FAILURES), None)
+    if failed is not None:
+        return WorkflowStatus.FAILED, failed.error or failed.status.value
+    if budget_stopped:
+        return WorkflowStatus.BUDGET_EXCEEDED, results[budget_stopped[0]].error
+    if paused:
+        waiting = [sid for sid, r in results.items() if r.status == StepStatus.PAUSED]
+        return WorkflowStatus.PAUSED, f"Pause requested at step {waiting[0]!r}" if waiting else None
+    return WorkflowStatus.SUCCESS, None
+
+
+def final_state(
+    base: Mapping[str, Any], results: Iterable[tuple[str, str | None, StepResult]]
+) -> dict[str, Any]:
+    """The state a run ends with: ``base`` plus each ``(step_id, output_path, result)`` in upstream order.
+
+    Succeeded steps write their output; failed and timed-out steps get a ``steps.<id>`` entry
+    with their status, as the steps after them saw it.
+    """
+    from airflow_provider_agentloom.workflow.state import rebuild_state
+
+    return rebuild_state(
+        base,
+        (
+            (step_id, path, result.output, result.status.value)
+            for step_id, path, result in results
+            if result.status == StepStatus.SUCCESS or result.status in FAILURES
+        ),
+    )

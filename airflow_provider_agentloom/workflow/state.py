@@ -66,8 +66,20 @@ def write_output(state: dict[str, Any], path: str, value: Any) -> None:
         raise StateWriteError(f"cannot write output {path!r}: the parent is a {type(target).__name__}")
 
 
-def apply_step_result(state: dict[str, Any], step_id: str, output_path: str | None, value: Any) -> None:
-    """Apply a finished step's output: its ``output`` key and, when not None, ``steps.<id>``."""
+def apply_step_result(
+    state: dict[str, Any], step_id: str, output_path: str | None, value: Any, status: str = "success"
+) -> None:
+    """Apply a finished step's result: its ``output`` key and, when not None, ``steps.<id>``.
+
+    A step that did not succeed writes no ``output``; its ``steps.<id>`` entry carries its real
+    status (``failed``, ``timeout``, ``skipped``) with a None output, so a router under
+    ``on_step_failure: continue`` can branch on it (upstream writes no entry at all).
+    """
+    if status != "success":
+        steps = state.setdefault(STEPS_KEY, {})
+        if isinstance(steps, dict):
+            steps[step_id] = {"output": None, "status": status}
+        return
     if value is None:
         if output_path:
             write_output(state, output_path, None)
@@ -76,7 +88,7 @@ def apply_step_result(state: dict[str, Any], step_id: str, output_path: str | No
         write_output(state, output_path, value)
     steps = state.setdefault(STEPS_KEY, {})
     if isinstance(steps, dict):
-        steps[step_id] = {"output": value, "status": "success"}
+        steps[step_id] = {"output": value, "status": status}
 
 
 def state_sources(graph: StepGraph, step_id: str) -> tuple[str, ...]:
@@ -96,11 +108,15 @@ def state_sources(graph: StepGraph, step_id: str) -> tuple[str, ...]:
     )
 
 
-def rebuild_state(base: Mapping[str, Any], results: Iterable[tuple[str, str | None, Any]]) -> dict[str, Any]:
-    """Apply ``(step_id, output_path, value)`` results in order on a copy of ``base``."""
+def rebuild_state(
+    base: Mapping[str, Any], results: Iterable[tuple[str, str | None, Any] | tuple[str, str | None, Any, str]]
+) -> dict[str, Any]:
+    """Apply ``(step_id, output_path, value[, status])`` results in order on a copy of ``base``."""
     state = copy.deepcopy(dict(base))
-    for step_id, output_path, value in results:
-        apply_step_result(state, step_id, output_path, copy.deepcopy(value))
+    for result in results:
+        step_id, output_path, value = result[0], result[1], result[2]
+        status = str(result[3]) if len(result) > 3 else "success"
+        apply_step_result(state, step_id, output_path, copy.deepcopy(value), status)
     return state
 
 

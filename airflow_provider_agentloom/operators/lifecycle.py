@@ -1,0 +1,175 @@
+"""``StepRun``: one attempt of one step, the lifecycle every step operator shares.
+
+It checks the run's budget, rebuilds the state the step may read (params, run conf, then the
+upstream outputs in upstream order), pushes the output (``return_value``) and the step metadata
+(``agentloom`` key), and maps errors: a non-retryable error becomes ``AirflowFailException``, a
+timeout ends the attempt with status ``timeout``, and the budget stops the step as ``skipped``.
+
+An operator's ``execute``, a router's choice before Airflow skips the other branches, and an
+approval gate's resume after a person answered all go through it, so every path of Airflow that
+ends a step pushes the same output and metadata.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
+
+from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceededError
+from airflow_provider_agentloom.operators.masking import TaskSecrets
+from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus, TokenUsage
+from airflow_provider_agentloom.workflow.state import initial_state, rebuild_state, state_sources
+from airflow_provider_agentloom.workflow.storable import storable_output
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
+    from airflow_provider_agentloom.workflow.models import StepModel
+
+StepT = TypeVar("StepT", bound="StepModel")
+
+
+@dataclass
+class StepOutcome:
+    """What a step's body returns: the output and what it cost."""
+
+    output: Any
+    token_usage: TokenUsage = field(default_factory=TokenUsage)
+    cost_usd: float = 0.0
+    model: str | None = None
+    provider: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+StepBody = Callable[["Context", dict[str, Any]], StepOutcome]
+"""A step type's own work: ``(context, state) -> StepOutcome``."""
+
+
+class StepRun(Generic[StepT]):
+    """One attempt of ``operator``'s step in the task instance of ``context``."""
+
+    def __init__(self, operator: AgentLoomStepOperator[StepT], context: Context) -> None:
+        self.operator = operator
+        self.context = context
+        self.step: StepT = operator.step
+        self.started = time.monotonic()
+        self.secrets = TaskSecrets(operator.run_context.workflow)
+        self.meta = StepMeta(
+            step_id=self.step.id,
+            step_type=operator.step_type,
+            status=StepStatus.RUNNING,
+            attempts=int(context["ti"].try_number or 1),
+            output_key=self.step.output,
+        )
+        self._spent = StepOutcome(output=None)
+        operator.current_run = self
+
+    def execute(self, body: StepBody) -> Any:
+        """The whole attempt: the budget check, the state, ``body``, then output and metadata pushed."""
+        with self.guard():
+            self.check_budget()
+            state = self.read_state()
+            return self.succeed(body(self.context, state))
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Map what the body raises to the step's status and Airflow's retry rules (metadata pushed)."""
+        log = self.operator.log
+        try:
+            yield
+        except AirflowTaskTimeout:
+            self._end(StepStatus.TIMEOUT, f"Step {self.step.id!r} timed out after {self.step.timeout}s")
+            raise
+        except BudgetExceededError as exc:
+            self.meta.budget_exceeded = True
+            self._end(StepStatus.SKIPPED, str(exc))
+            log.error("Step %s does not run on: %s", self.step.id, exc)
+            raise AirflowFailException(str(exc)) from None
+        except AgentLoomError as exc:
+            self._end(StepStatus.FAILED, str(exc))
+            log.error("Step %s failed: %s", self.step.id, exc)
+            if not exc.retryable:
+                raise AirflowFailException(self.secrets.mask_text(str(exc))) from None
+            raise
+        except Exception as exc:
+            if _is_control_flow(exc):
+                raise
+            self._end(StepStatus.FAILED, f"{type(exc).__name__}: {exc}")
+            raise
+
+    def check_budget(self) -> None:
+        """Refuse to start when the run's finished steps already spent ``config.budget_usd``.
+
+        As upstream, the check runs before every step of any type, from the cost the run's other
+        steps recorded (``operators.budget.recorded_spend``); model steps check it again before each
+        model call (``operators.budget``).
+        """
+        from airflow_provider_agentloom.operators.budget import recorded_spend
+
+        limit = self.operator.run_context.workflow.config.budget_usd
+        if limit is None:
+            return
+        spent = recorded_spend(self.context["ti"], self.operator.run_context, exclude=self.step.id)
+        if spent >= limit:
+            raise BudgetExceededError(spent, limit)
+
+    def read_state(self) -> dict[str, Any]:
+        """Rebuild the state this step may read: initial state, params/conf, then upstream outputs.
+
+        The state's redacted values become this run's secrets from here on.
+        """
+        run_context = self.operator.run_context
+        overrides = dict(self.context.get("params") or {})
+        conf = getattr(self.context.get("dag_run"), "conf", None)
+        if conf:
+            overrides.update(conf)
+        base = initial_state(run_context.workflow.state, overrides)
+        graph = run_context.graph
+        ti = self.context["ti"]
+        results = []
+        for source in state_sources(graph, self.step.id):
+            task_id = run_context.task_id(source)
+            value = ti.xcom_pull(task_ids=task_id, key="return_value")
+            meta = StepMeta.from_xcom(ti.xcom_pull(task_ids=task_id, key=META_KEY))
+            if meta is None or meta.status == StepStatus.RUNNING:
+                continue  # skipped by Airflow or not run: it wrote nothing
+            if meta.status == StepStatus.SUCCESS and value is None and not meta.output_is_none:
+                continue
+            results.append((source, graph.steps[source].output, value, meta.status))
+        state = rebuild_state(base, results)
+        self.secrets = TaskSecrets(run_context.workflow, state)
+        return state
+
+    def spent(self, usage: TokenUsage, cost_usd: float, **extra: Any) -> None:
+        """Record what the step spent before it was stopped (kept in the metadata of a failed step)."""
+        self._spent = StepOutcome(output=None, token_usage=usage, cost_usd=cost_usd, extra=extra)
+
+    def succeed(self, outcome: StepOutcome) -> Any:
+        """Push ``outcome``'s output and the step's metadata; return the output as stored."""
+        output = self.secrets.mask(storable_output(outcome.output, self.step.id, self.operator.log))
+        self.meta.output_is_none = output is None
+        self._spent = outcome
+        self._end(StepStatus.SUCCESS, None)
+        return output
+
+    def _end(self, status: StepStatus, error: str | None) -> None:
+        meta, spent = self.meta, self._spent
+        meta.status, meta.error = status, error
+        meta.token_usage, meta.cost_usd = spent.token_usage, spent.cost_usd
+        meta.model, meta.provider, meta.extra = spent.model, spent.provider, dict(spent.extra)
+        meta.duration_ms = round((time.monotonic() - self.started) * 1000, 3)
+        self.context["ti"].xcom_push(key=META_KEY, value=self.secrets.mask(meta.model_dump(mode="json")))
+
+
+def _is_control_flow(exc: BaseException) -> bool:
+    """Airflow's own signalling exceptions (skip, defer, await input) must pass through untouched."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    names = {"TaskDeferred", "DownstreamTasksSkipped", "TaskAwaitingInput", "AirflowRescheduleException"}
+    return isinstance(exc, (AirflowSkipException, AirflowFailException)) or type(exc).__name__ in names
