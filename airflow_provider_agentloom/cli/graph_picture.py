@@ -156,7 +156,7 @@ def _edges(graph: StepGraph, prefix: str) -> Iterator[Edge]:
         for parent in graph.parents[sid]:
             pair = (parent, sid)
             if pair in implicit:
-                keys = ", ".join(implicit[pair])
+                keys = ", ".join("the whole state" if key == "*" else key for key in implicit[pair])
                 yield Edge(prefix + parent, prefix + sid, EdgeKind.IMPLICIT, f"reads {keys}")
             elif sid in routes.get(parent, {}):
                 kind, label = routes[parent][sid]
@@ -233,7 +233,7 @@ _MERMAID_ENTITIES = {char: f"#{ord(char)};" for char in '"#&<>|`'}
 
 
 def mermaid_text(text: str) -> str:
-    """``text`` for a quoted Mermaid label: entities for quotes, ``#``, ``|`` and HTML, ``<br/>`` for newlines."""
+    """``text`` for a quoted Mermaid label: ``#<code>;`` for ``"#&<>|`` and backticks, ``<br/>`` lines."""
     escaped = "".join(_MERMAID_ENTITIES.get(char, char) for char in text)
     return escaped.replace("\r\n", "<br/>").replace("\n", "<br/>").replace("\r", "<br/>")
 
