@@ -455,3 +455,51 @@ def test_every_corpus_file_renders_in_every_format(
         chart, graph = parse_mermaid(outputs["mermaid"]), parse_dot(outputs["dot"])
         assert len(chart["edges"]) == len(graph["edges"]), path.name
         assert outputs["ascii"].startswith("layer 0\n"), path.name
+
+
+NON_CHILD = """\
+name: nc
+steps:
+  - id: early
+    type: llm_call
+    prompt: "x"
+    output: kind
+  - id: route
+    type: router
+    depends_on: [early]
+    conditions:
+      - expression: "state.kind == 'a'"
+        target: early
+      - expression: "state.kind == 'b'"
+        target: later
+    default: later
+  - id: later
+    type: llm_call
+    prompt: "y"
+  - id: empty
+    type: subworkflow
+    depends_on: [route]
+    workflow_inline: {name: nothing, steps: []}
+"""
+
+
+def test_route_to_a_non_child_a_shared_default_and_an_empty_child(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "nc.yaml").write_text(NON_CHILD)
+    expected = {
+        ("early", "route", "explicit", None),
+        ("route", "empty", "explicit", None),
+        ("later", "empty", "implicit", "reads the whole state"),
+        ("route", "early", "route", "state.kind == 'a'"),  # the target does not depend on it
+        ("route", "later", "route", "state.kind == 'b' or default"),
+    }
+    picture = picture_of(load_workflow(tmp_path / "nc.yaml"))
+    assert {(e.source, e.target, e.kind.value, e.label) for e in picture.edges} == expected
+    code, out, _ = visualize(capsys, tmp_path / "nc.yaml", "dot")
+    graph = parse_dot(out)
+    assert code == 0
+    assert graph["member"]["empty"] == "cluster_empty"  # a placeholder for the edges to land on
+    assert len(graph["edges"]) == len(
+        parse_mermaid(visualize(capsys, tmp_path / "nc.yaml", "mermaid")[1])["edges"]
+    )
