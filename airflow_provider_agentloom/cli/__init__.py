@@ -131,9 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_options(replay)
     replay.set_defaults(handler=_replay)
 
-    visualize = commands.add_parser("visualize", help="print the step graph")
+    visualize = commands.add_parser(
+        "visualize",
+        help="print the step graph (layers, router conditions, subworkflows, gates, implicit edges)",
+    )
     visualize.add_argument("file", metavar="FILE")
-    visualize.add_argument("--format", "-f", choices=["ascii", "mermaid"], default="ascii")
+    visualize.add_argument("--format", "-f", choices=["ascii", "mermaid", "dot"], default="ascii")
     visualize.set_defaults(handler=_visualize)
     return parser
 
@@ -171,9 +174,7 @@ def _validate(args: argparse.Namespace) -> int:
     for file in args.files:
         result = load_and_build(file, limits=limits)
         if isinstance(result, WorkflowValidationError):
-            print(f"invalid  {file}", file=sys.stderr)
-            for issue in result.issues:
-                print(f"    {issue}", file=sys.stderr)
+            _print_invalid(file, result)
             code = EXIT_FAILED
             continue
         graph = graph_of(result.workflow)
@@ -183,15 +184,26 @@ def _validate(args: argparse.Namespace) -> int:
     return code
 
 
+def _print_invalid(file: str, error: WorkflowValidationError) -> None:
+    print(f"invalid  {file}", file=sys.stderr)
+    for issue in error.issues:
+        print(f"    {issue}", file=sys.stderr)
+
+
 # -- visualize ----------------------------------------------------------------------------------
 
 
 def _visualize(args: argparse.Namespace) -> int:
-    from airflow_provider_agentloom.cli.render import ascii_graph, mermaid
-    from airflow_provider_agentloom.workflow.parser import graph_of, load_workflow
+    """Draw any valid file (every step type), read as ``validate`` reads it; its DAG is not built."""
+    from airflow_provider_agentloom.cli.graph_picture import render
+    from airflow_provider_agentloom.file_dag import read_workflow
+    from airflow_provider_agentloom.settings import workflow_limits
 
-    graph = graph_of(load_workflow(args.file))
-    print(mermaid(graph) if args.format == "mermaid" else ascii_graph(graph))
+    workflow = read_workflow(args.file, workflow_limits())
+    if isinstance(workflow, WorkflowValidationError):
+        _print_invalid(args.file, workflow)
+        return EXIT_FAILED
+    print(render(workflow, args.format))
     return EXIT_OK
 
 

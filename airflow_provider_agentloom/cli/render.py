@@ -1,4 +1,4 @@
-"""What the CLI prints: progress lines, validation reports, and the workflow graph (ASCII or Mermaid)."""
+"""What the CLI prints: progress lines and validation reports (the graph pictures: ``graph_picture``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, TextIO
 from airflow_provider_agentloom.exceptions import ValidationIssue
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.lint import Finding
-from airflow_provider_agentloom.workflow.models import RouterStep, Workflow
+from airflow_provider_agentloom.workflow.models import Workflow
 from airflow_provider_agentloom.workflow.results import RunResult, StepResult, StepStatus
 
 _MARKS = {
@@ -82,32 +82,3 @@ def _layer_plan(graph: StepGraph) -> list[list[str]]:
             layers.append([])
         layers[layer].append(step_id)
     return layers
-
-
-def mermaid(graph: StepGraph) -> str:
-    """The graph as a Mermaid flowchart; implicit read edges are dotted, router choices labelled."""
-    lines = ["flowchart TD"]
-    node_ids = {sid: f"s{i}" for i, sid in enumerate(graph.order)}
-    for sid in graph.order:
-        step = graph.steps[sid]
-        shape = ("{", "}") if isinstance(step, RouterStep) else ("[", "]")
-        label = f"{sid}<br/><small>{step.type}</small>"
-        lines.append(f'    {node_ids[sid]}{shape[0]}"{label}"{shape[1]}')
-    implicit = {(edge.writer, edge.reader) for edge in graph.implicit_edges}
-    for sid in graph.order:
-        for parent in graph.parents[sid]:
-            arrow = "-.->" if (parent, sid) in implicit else "-->"
-            lines.append(f"    {node_ids[parent]} {arrow} {node_ids[sid]}")
-    return "\n".join(lines)
-
-
-def ascii_graph(graph: StepGraph) -> str:
-    """The graph as indented layers: each step with the steps it waits for."""
-    lines = []
-    for index, ids in enumerate(_layer_plan(graph)):
-        lines.append(f"layer {index}")
-        for sid in ids:
-            step = graph.steps[sid]
-            after = f"  <- {', '.join(graph.parents[sid])}" if graph.parents[sid] else ""
-            lines.append(f"  [{step.type}] {sid}{after}")
-    return "\n".join(lines)
