@@ -738,3 +738,13 @@ def test_states_are_plain_json_mappings_in_practice() -> None:
 
     state: Mapping[str, Any] = MappingProxyType({"x": MappingProxyType({"y": 1})})
     assert choose_route(router([("state.x.y == 1", "a")]), state, {}).target == "a"
+
+
+def test_validate_refuses_a_router_that_can_never_route() -> None:
+    text = "name: w\nsteps:\n  - id: r\n    type: router\n"
+    with pytest.raises(WorkflowValidationError) as info:
+        WorkflowParser.from_yaml(text)
+    assert (
+        str(info.value)
+        == "<string>:3: steps[0]: router 'r' has no conditions and no default: it can never route"
+    )
