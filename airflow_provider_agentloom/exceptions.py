@@ -11,7 +11,8 @@
      │    ├── ToolError               a tool raised (retryable)
      │    │    └── SandboxViolationError   the sandbox refused a call (retryable, like any tool error)
      │    │         └── KernelSandboxError   ``kernel_sandbox = required`` cannot be met (fails at once)
-     │    └── ExpressionError         a router expression is invalid or unsafe
+     │    └── ExpressionError         a router expression is invalid, unsafe or fails (fails at once)
+     │         └── NoRouteError       a router matched no condition and has no default (fails at once)
      ├── LLMError                     a model call failed
      │    └── LLMHTTPError            the vendor answered with an HTTP error status
      └── BudgetExceededError          the run spent its ``config.budget_usd``
@@ -120,6 +121,13 @@ class KernelSandboxError(SandboxViolationError):
 
 class ExpressionError(StepError):
     """Raised when a router expression is invalid, unsafe, or fails while evaluated."""
+
+
+class NoRouteError(ExpressionError):
+    """Raised when a router matches no condition and has no default; never retried (no attempt can match)."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message, retryable=retryable)
 
 
 class LLMError(AgentLoomError):

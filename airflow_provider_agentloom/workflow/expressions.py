@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
@@ -36,6 +37,8 @@ _ARITY: Final[Mapping[str, tuple[int, int | None]]] = (
     | {"min": (1, None), "max": (1, None)}
     | {"str": (0, 1), "int": (0, 2), "float": (0, 1), "bool": (0, 1)}
 )
+# The builtins whose arguments may not be None (``str(None)`` and ``bool(None)`` are fine).
+_NONE_REFUSING: Final = frozenset({"len", "abs", "int", "float", "min", "max"})
 # The only names allowed as the second argument of isinstance(); ``dict`` means any mapping.
 _TYPE_NAMES: Final[Mapping[str, type[Any]]] = {
     "str": str,
@@ -67,6 +70,14 @@ _COMPARISONS: Final[Mapping[type[ast.cmpop], Callable[[Any, Any], Any]]] = (
     | {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
     | {ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 )
+_COMPARISON_SYMBOLS: Final[Mapping[type[ast.cmpop], str]] = {
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+}
 _OPERATOR_SYMBOLS: Final[Mapping[type[ast.AST], str]] = (
     {ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@"}
     | {ast.LShift: "<<", ast.RShift: ">>"}
@@ -80,6 +91,8 @@ _CONSTRUCT_NAMES: Final[Mapping[type[ast.AST], str]] = (
     | {ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield from"}
 )
 _LITERALS: Final = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.JoinedStr)
+# Operand texts quoted without parentheses in error messages: state.a.b, steps['x'].output, state.get('k').
+_PLAIN_PATH: Final = re.compile(r"[\w.]+(\[[^\[\]]*\]|\([^()]*\)|[\w.])*")
 
 
 @dataclass(frozen=True)
@@ -270,6 +283,13 @@ class _Compiler(ast.NodeVisitor):
             f"Invalid router expression {_shown(self._text)}: {what}{where}", retryable=False
         )
 
+    def shown(self, node: ast.AST) -> str:
+        """``node``'s source text, as error messages quote it (parenthesised when not a plain path)."""
+        text = ast.get_source_segment(self._text, node) or ast.unparse(node)
+        if len(text) > 60:
+            text = text[:57] + "..."
+        return text if _PLAIN_PATH.fullmatch(text) else f"({text})"
+
     def compile(self, node: ast.expr) -> _Fn:
         """Check ``node`` and return the closure that computes its value."""
         self._depth += 1
@@ -348,10 +368,11 @@ class _Compiler(ast.NodeVisitor):
         operand = self.compile(node.operand)
         if isinstance(node.op, ast.Not):
             return lambda scope: not operand(scope)
+        shown = self.shown(node.operand)
         if isinstance(node.op, ast.USub):
-            return lambda scope: -operand(scope)
+            return lambda scope: -_not_none(operand(scope), shown, "cannot negate None")
         if isinstance(node.op, ast.UAdd):
-            return lambda scope: +operand(scope)
+            return lambda scope: +_not_none(operand(scope), shown, "unary '+' cannot take None")
         raise self.refuse(node, f"the operator '{_OPERATOR_SYMBOLS.get(type(node.op), '?')}' is not allowed")
 
     def visit_BinOp(self, node: ast.BinOp) -> _Fn:
@@ -359,15 +380,17 @@ class _Compiler(ast.NodeVisitor):
             symbol = _OPERATOR_SYMBOLS.get(type(node.op), type(node.op).__name__)
             raise self.refuse(node, f"the operator '{symbol}' is not allowed (only + and - are)")
         left, right = self.compile(node.left), self.compile(node.right)
+        shown = (self.shown(node.left), self.shown(node.right))
         if isinstance(node.op, ast.Add):
-            return lambda scope: _add(left(scope), right(scope))
-        return lambda scope: left(scope) - right(scope)
+            return lambda scope: _add(*_operands(left(scope), right(scope), shown, "+"))
+        return lambda scope: operator.sub(*_operands(left(scope), right(scope), shown, "-"))
 
     def visit_Compare(self, node: ast.Compare) -> _Fn:
         left = self.compile(node.left)
+        operands = [node.left, *node.comparators]
         pairs = [
-            (_COMPARISONS[type(op)], self._comparand(node, right))
-            for op, right in zip(node.ops, node.comparators, strict=True)
+            (_checked(op, self.shown(operands[i]), self.shown(operands[i + 1])), self._comparand(node, right))
+            for i, (op, right) in enumerate(zip(node.ops, node.comparators, strict=True))
         ]
 
         def run(scope: _Scope) -> Any:
@@ -407,8 +430,8 @@ class _Compiler(ast.NodeVisitor):
         if isinstance(node.value, _LITERALS):
             raise self.refuse(node, f"attribute access on a literal ('.{node.attr}') is not allowed")
         inner = self.compile(node.value)
-        name = node.attr
-        return lambda scope: _field(inner(scope), name)
+        name, shown = node.attr, self.shown(node.value)
+        return lambda scope: _field(inner(scope), name, shown)
 
     def visit_Subscript(self, node: ast.Subscript) -> _Fn:
         if isinstance(node.slice, ast.Slice):
@@ -432,8 +455,8 @@ class _Compiler(ast.NodeVisitor):
                 "a subscript must be a literal int or str or an integer-constant slice "
                 f"(got {_describe(node.slice)})",
             )
-        inner = self.compile(node.value)
-        return lambda scope: _item(inner(scope), key)
+        inner, shown = self.compile(node.value), self.shown(node.value)
+        return lambda scope: _item(inner(scope), key, shown)
 
     def _slice(self, node: ast.Subscript, part: ast.Slice) -> _Fn:
         bounds: list[int | None] = []
@@ -444,9 +467,9 @@ class _Compiler(ast.NodeVisitor):
             bounds.append(value)
         if _root(node.value) is not None:
             raise self.refuse(node, f"'{_root(node.value)}' cannot be sliced")
-        inner = self.compile(node.value)
+        inner, shown = self.compile(node.value), self.shown(node.value)
         cut = slice(*bounds)
-        return lambda scope: _sliced(inner(scope), cut)
+        return lambda scope: _sliced(inner(scope), cut, shown)
 
     def _keyed(self, base: ast.expr, key: str) -> _Fn | None:
         """Compile ``base.key`` / ``base['key']`` when ``base`` is a root or a step entry, else None."""
@@ -460,11 +483,11 @@ class _Compiler(ast.NodeVisitor):
             self._record(root, key)
             return lambda scope: scope.steps.get(key)
         if _is_step_entry(base):
-            entry = self.compile(base)
-            return lambda scope: _entry_field(entry(scope), key)
+            entry, shown = self.compile(base), self.shown(base)
+            return lambda scope: _entry_field(entry(scope), key, shown)
         if _is_state_steps(base):
             self.step_ids.add(key)  # state.steps.<id> reads that step, as upstream's state holds steps
-            return lambda scope: _field(scope.state.get("steps"), key)
+            return lambda scope: _field(scope.state.get("steps"), key, "state.steps")
         return None
 
     def _check_attribute(self, node: ast.AST, name: str) -> None:
@@ -502,7 +525,11 @@ class _Compiler(ast.NodeVisitor):
             return self._isinstance(node)
         function = _BUILTINS[name]
         args = [self.compile(arg) for arg in node.args]
-        return lambda scope: function(*[arg(scope) for arg in args])
+        if name not in _NONE_REFUSING:
+            return lambda scope: function(*[arg(scope) for arg in args])
+        problem = f"{name}() cannot take None"
+        checked = [(arg, self.shown(source)) for arg, source in zip(args, node.args, strict=True)]
+        return lambda scope: function(*[_not_none(arg(scope), shown, problem) for arg, shown in checked])
 
     def _isinstance(self, node: ast.Call) -> _Fn:
         value, kinds = self.compile(node.args[0]), node.args[1]
@@ -532,7 +559,8 @@ class _Compiler(ast.NodeVisitor):
         else:
             receiver = self.compile(func.value)
         args = [self.compile(arg) for arg in node.args]
-        return lambda scope: _call_method(receiver(scope), name, [arg(scope) for arg in args])
+        shown = self.shown(func.value)
+        return lambda scope: _call_method(receiver(scope), name, [arg(scope) for arg in args], shown)
 
 
 def _describe(node: ast.AST) -> str:
@@ -576,19 +604,67 @@ def _kind(value: Any) -> str:
     return f"value of type '{type(value).__name__}'"
 
 
-def _field(value: Any, name: str) -> Any:
+def _none_error(shown: str, problem: str) -> _EvalError:
+    """``state.x is None (a missing key reads as None): <problem>``."""
+    if shown == "None":
+        return _EvalError(problem)
+    return _EvalError(f"{shown} is None (a missing key reads as None): {problem}")
+
+
+def _not_none(value: Any, shown: str, problem: str) -> Any:
+    if value is None:
+        raise _none_error(shown, problem)
+    return value
+
+
+def _operands(left: Any, right: Any, shown: tuple[str, str], symbol: str) -> tuple[Any, Any]:
+    """Both operands of an arithmetic ``symbol``, refusing a None with the operand that gave it."""
+    for value, text in zip((left, right), shown, strict=True):
+        if value is None:
+            raise _none_error(text, f"'{symbol}' cannot take None")
+    return left, right
+
+
+def _checked(op: ast.cmpop, left_shown: str, right_shown: str) -> Callable[[Any, Any], Any]:
+    """The comparison for ``op``; ordering and membership refuse None and mismatched types clearly."""
+    check = _COMPARISONS[type(op)]
+    symbol = _COMPARISON_SYMBOLS.get(type(op))
+    if symbol is None:  # ==, !=, is, is not: any two values, None included
+        return check
+    membership = isinstance(op, (ast.In, ast.NotIn))
+
+    def run(left: Any, right: Any) -> Any:
+        if not membership and left is None:
+            raise _none_error(left_shown, f"'{symbol}' not supported with None")
+        if right is None:
+            problem = (
+                f"'{symbol}' cannot look inside None" if membership else f"'{symbol}' not supported with None"
+            )
+            raise _none_error(right_shown, problem)
+        try:
+            return check(left, right)
+        except TypeError as exc:
+            raise _EvalError(
+                f"{left_shown} {symbol} {right_shown}: cannot apply '{symbol}' to a {_kind(left)} "
+                f"and a {_kind(right)} ({exc})"
+            ) from exc
+
+    return run
+
+
+def _field(value: Any, name: str, shown: str) -> Any:
     if isinstance(value, Mapping):
         return value.get(name)
     if value is None:
-        raise _EvalError(f"cannot read '.{name}' of None (a missing key reads as None)")
+        raise _none_error(shown, f"cannot read '.{name}' of None")
     raise _EvalError(f"cannot read '.{name}' of a {_kind(value)} (only mappings have fields)")
 
 
-def _entry_field(entry: Any, name: str) -> Any:
-    return None if entry is None else _field(entry, name)
+def _entry_field(entry: Any, name: str, shown: str) -> Any:
+    return None if entry is None else _field(entry, name, shown)
 
 
-def _item(value: Any, key: str | int) -> Any:
+def _item(value: Any, key: str | int, shown: str) -> Any:
     if isinstance(value, Mapping):
         return value.get(key)
     if isinstance(value, (str, list, tuple)):
@@ -596,15 +672,15 @@ def _item(value: Any, key: str | int) -> Any:
             return value[key]
         raise _EvalError(f"a {_kind(value)} is indexed by integers, not by {key!r}")
     if value is None:
-        raise _EvalError(f"cannot index None with [{key!r}] (a missing key reads as None)")
+        raise _none_error(shown, f"cannot index None with [{key!r}]")
     raise _EvalError(f"a {_kind(value)} cannot be indexed")
 
 
-def _sliced(value: Any, cut: slice) -> Any:
+def _sliced(value: Any, cut: slice, shown: str) -> Any:
     if isinstance(value, (str, list, tuple)):
         return value[cut]
     if value is None:
-        raise _EvalError("cannot slice None (a missing key reads as None)")
+        raise _none_error(shown, "cannot slice None")
     raise _EvalError(f"a {_kind(value)} cannot be sliced")
 
 
@@ -615,7 +691,7 @@ def _add(left: Any, right: Any) -> Any:
     return left + right
 
 
-def _call_method(receiver: Any, name: str, args: list[Any]) -> Any:
+def _call_method(receiver: Any, name: str, args: list[Any], shown: str) -> Any:
     if isinstance(receiver, str) and name in _STR_METHODS:
         if name == "replace":
             _check_replace(receiver, args)
@@ -629,7 +705,7 @@ def _call_method(receiver: Any, name: str, args: list[Any]) -> Any:
     if isinstance(receiver, (list, tuple)) and name in _SEQUENCE_METHODS:
         return getattr(list if isinstance(receiver, list) else tuple, name)(receiver, *args)
     if receiver is None:
-        raise _EvalError(f"cannot call .{name}() on None (a missing key reads as None)")
+        raise _none_error(shown, f"cannot call .{name}() on None")
     raise _EvalError(f"a {_kind(receiver)} has no allowed method .{name}()")
 
 

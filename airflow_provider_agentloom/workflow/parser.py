@@ -293,6 +293,13 @@ class _Validator:
         issues = []
         for index, step in enumerate(workflow.steps):
             if isinstance(step, RouterStep):
+                if not step.conditions and step.default is None:
+                    loc = (*prefix, "steps", index)
+                    issues.append(
+                        self.issue(
+                            loc, f"router {step.id!r} has no conditions and no default: it can never route"
+                        )
+                    )
                 for pos, condition in enumerate(step.conditions):
                     try:
                         compile_expression(condition.expression)

@@ -361,7 +361,7 @@ def test_missing_keys_read_as_none(expression: str, expected: Any) -> None:
 RUNTIME_FAILURES: list[tuple[str, str]] = [
     ("state.missing.lower()", "cannot call .lower() on None"),
     ("state.missing.strip().lower()", "cannot call .strip() on None"),
-    ("'x' in state.missing", "NoneType"),
+    ("'x' in state.missing", "state.missing is None (a missing key reads as None): 'in' cannot look inside"),
     ("state.missing > 3", "'>' not supported"),
     ("state.missing.b", "cannot read '.b' of None"),
     ("state.missing[0]", "cannot index None"),
