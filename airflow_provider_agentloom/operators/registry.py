@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
+from airflow_provider_agentloom.operators.approval import ApprovalGateOperator
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.llm import AgentOperator, LLMCallOperator
 from airflow_provider_agentloom.operators.tool import ToolStepOperator
@@ -15,6 +16,7 @@ OPERATORS: dict[StepType, type[AgentLoomStepOperator[Any]]] = {
     StepType.TOOL: ToolStepOperator,
     StepType.LLM_CALL: LLMCallOperator,
     StepType.AGENT: AgentOperator,
+    StepType.APPROVAL_GATE: ApprovalGateOperator,
 }
 """The operator class of each step type that can run."""
 

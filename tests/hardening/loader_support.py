@@ -590,17 +590,15 @@ TRIGGERS: list[Trigger] = [
         line=7,
         key="steps[1].conditions[0].expression",
     ),
-    Trigger(
-        "step_type_without_an_operator",
-        hostile(f"name: hostile\nsteps:\n{STEP}  - {{id: gate, type: approval_gate, depends_on: [one]}}\n"),
-        ("step type 'approval_gate' is not supported yet", "supported step types: tool, llm_call, agent"),
-        line=4,
-        key="steps[1].type",
-    ),
 ]
 
 # Files that used to take every DAG of the folder down (or be lost) and now load as DAGs.
 NOW_LOADING: list[tuple[str, Maker, str]] = [
+    (
+        "approval_gate_step",
+        hostile(f"name: hostile\nsteps:\n{STEP}  - {{id: gate, type: approval_gate, depends_on: [one]}}\n"),
+        "hostile",
+    ),
     ("unquoted_date_in_state", hostile(with_state("since: 2026-01-01")), "hostile"),
     ("datetime_in_state", hostile(with_state("at: 2026-01-01 10:00:00")), "hostile"),
     ("date_nested_in_state", hostile(with_state("window: {dates: [2026-01-01, 2026-01-02]}")), "hostile"),

@@ -1,0 +1,182 @@
+"""``ApprovalGateOperator``: an ``approval_gate`` step on Airflow's human-in-the-loop ``ApprovalOperator``.
+
+The gate is an ``ApprovalOperator`` (standard provider, Airflow 3.3): it writes the request (the
+``hitl_detail`` row the UI's Required Actions page and the REST API's ``hitlDetails`` endpoints
+read), then parks its task instance in ``awaiting_input``, which holds no worker or pool slot and
+needs no triggerer. A person's answer (or the timeout sweep) resumes it in ``execute_complete``.
+
+What differs from the provider's operator:
+
+- the subject names the step and the workflow, and the Markdown body shows what is being
+  approved: the outputs of the steps the gate depends on, read from the state, secrets masked;
+- the output is ``approved`` or ``rejected``, written to the step's ``output`` key and
+  ``steps.<id>``. Rejection is data, not failure: downstream steps run (the provider's operator
+  skips them), and authors branch on the decision with a router;
+- ``timeout_seconds`` is the HITL ``response_timeout`` (never ``execution_timeout``, which stays
+  the step's own ``timeout``), ``on_timeout`` its ``defaults``; without ``on_timeout`` a timeout
+  fails the gate, and is not retried;
+- both the start (before waiting) and the resume go through :class:`~.lifecycle.StepRun`, so the
+  gate's output and metadata are pushed like any step's.
+
+Multiple inheritance, not a mixin tree of our own: the gate *is* an ``ApprovalOperator``
+(``HITLOperator.generate_link_to_ui_from_context`` and the UI's HITL views check that), and our
+one base adds the step lifecycle; each ``__init__`` is cooperative.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.providers.standard.exceptions import HITLTimeoutError
+from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
+
+from airflow_provider_agentloom.exceptions import StepError
+from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome, StepRun
+from airflow_provider_agentloom.workflow.models import ApprovalGateStep
+from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_agentloom.operators.context import WorkflowRunContext
+
+APPROVED, REJECTED = "approved", "rejected"
+"""The gate's two outputs."""
+
+MAX_SHOWN_CHARS = 4000
+"""How much of one upstream output the request's body shows."""
+
+_DECISIONS = {ApprovalOperator.APPROVE: APPROVED, ApprovalOperator.REJECT: REJECTED}
+_DEFAULTS = {"approve": ApprovalOperator.APPROVE, "reject": ApprovalOperator.REJECT}
+
+
+class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOperator):
+    """Wait for a person to approve or reject; the output is ``approved`` or ``rejected``.
+
+    :param step: the ``approval_gate`` step.
+    :param run_context: what the workflow's tasks share.
+    """
+
+    ui_color = "#fff3bf"
+    step_type: ClassVar[str] = "approval_gate"
+    # The subject and body come from the workflow and its state, never from Jinja templates.
+    template_fields: Sequence[str] = ()
+
+    def __init__(self, *, step: ApprovalGateStep, run_context: WorkflowRunContext, **kwargs: Any) -> None:
+        # The step's own ``timeout`` stays the kill switch of the execution phase: kept away from
+        # HITLOperator, which would take a lone execution_timeout as the response timeout.
+        execution_timeout = kwargs.pop("execution_timeout", None)
+        kwargs.setdefault("subject", gate_subject(step, run_context.workflow.name))
+        if step.timeout_seconds is not None:
+            kwargs.setdefault("response_timeout", timedelta(seconds=step.timeout_seconds))
+        if step.on_timeout is not None:
+            kwargs.setdefault("defaults", [_DEFAULTS[step.on_timeout]])
+        super().__init__(step=step, run_context=run_context, **kwargs)
+        self.execution_timeout = execution_timeout
+
+    def execute(self, context: Context) -> Any:
+        """Write the request (subject, body), send the ``notify`` webhook, then wait for an answer."""
+        run: StepRun[ApprovalGateStep] = StepRun(self, context)
+        with run.guard():
+            run.check_budget()
+            state = run.read_state()
+            self.body = run.secrets.mask_text(self.request_body(context))
+        try:
+            return HITLOperator.execute(self, context)  # raises TaskAwaitingInput
+        except Exception as exc:
+            if type(exc).__name__ == "TaskAwaitingInput":
+                self.notify(context, state, run)
+            raise
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Resume with the answer: the decision becomes the step's output (a rejection is data)."""
+        run: StepRun[ApprovalGateStep] = StepRun(self, context)
+        step = self.step
+        with run.guard():
+            try:
+                # HITLOperator's checks, not ApprovalOperator's: that one skips downstream on reject.
+                answer = HITLOperator.execute_complete(self, context, event)
+            except HITLTimeoutError:
+                raise StepError(
+                    f"approval gate {step.id!r} got no answer within {step.timeout_seconds}s and "
+                    "has no on_timeout (set on_timeout: approve or reject to decide on timeout)",
+                    retryable=False,
+                ) from None
+            chosen = list(answer["chosen_options"])
+            if len(chosen) != 1 or chosen[0] not in _DECISIONS:
+                raise StepError(
+                    f"approval gate {step.id!r} got an invalid answer {chosen!r}", retryable=False
+                )
+            decision = _DECISIONS[chosen[0]]
+            timed_out = bool(event.get("timedout"))
+            user = answer.get("responded_by_user") or {}
+            self.hitl_summary_extra["approved"] = decision == APPROVED
+            run.read_state()  # the state's secrets, for the masks of what is pushed
+            self.log.info(
+                "Step %s: %s%s", step.id, decision, f" (on_timeout: {step.on_timeout})" if timed_out else ""
+            )
+            extra = {"decision": decision, "timed_out": timed_out, "responded_by": user.get("name")}
+            return run.succeed(StepOutcome(output=decision, extra=extra))
+
+    def request_body(self, context: Context) -> str:
+        """The Markdown body: what is being approved (the outputs of the steps the gate depends on)."""
+        workflow = self.run_context.workflow
+        lines = [f"Workflow **{workflow.name}** waits at approval gate `{self.step.id}`."]
+        if workflow.description.strip():
+            lines += ["", f"> {workflow.description.strip().splitlines()[0]}"]
+        shown = self.parent_outputs(context)
+        for parent, key, value in shown:
+            where = f" → `state.{key}`" if key else ""
+            lines += ["", f"### `{parent}`{where}", "", _fenced(value)]
+        if not shown:
+            lines += ["", "_The steps before this gate have no output._"]
+        timeout = self.step.timeout_seconds
+        if timeout is not None:
+            after = f"it is **{self.step.on_timeout}d**" if self.step.on_timeout else "the gate fails"
+            lines += ["", f"Without an answer within {timeout} s, {after}."]
+        lines += ["", "**Approve** continues with `approved`; **Reject** continues with `rejected`."]
+        return "\n".join(lines)
+
+    def parent_outputs(self, context: Context) -> list[tuple[str, str | None, Any]]:
+        """``(step id, output key, output)`` of each step the gate depends on that succeeded.
+
+        Read from their XComs (already masked by their tasks), not from the state: the gate reads
+        no state key itself, so its state holds only what its ``notify.body_template`` names.
+        """
+        graph, ti = self.run_context.graph, context["ti"]
+        found = []
+        for parent in graph.parents.get(self.step.id, ()):
+            task_id = self.run_context.task_id(parent)
+            meta = StepMeta.from_xcom(ti.xcom_pull(task_ids=task_id, key=META_KEY))
+            if meta is None or meta.status != StepStatus.SUCCESS:
+                continue
+            value = ti.xcom_pull(task_ids=task_id, key="return_value")
+            found.append((parent, graph.steps[parent].output, value))
+        return found
+
+    def notify(self, context: Context, state: dict[str, Any], run: StepRun[ApprovalGateStep]) -> None:
+        """Send the step's ``notify`` webhook (never fails the step)."""
+        if self.step.notify is None:
+            return
+        self.log.warning("Step %s: the notify webhook is not sent by this version", self.step.id)
+
+
+def gate_subject(step: ApprovalGateStep, workflow_name: str) -> str:
+    """The request's headline in the Required Actions page."""
+    return f"Approve step '{step.id}' of workflow '{workflow_name}'?"
+
+
+def _fenced(value: Any) -> str:
+    if isinstance(value, str):
+        text, language = value, ""
+    else:
+        text, language = json.dumps(value, indent=2, ensure_ascii=False, default=str), "json"
+    if len(text) > MAX_SHOWN_CHARS:
+        text = text[:MAX_SHOWN_CHARS] + f"\n… ({len(text) - MAX_SHOWN_CHARS} more characters)"
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    return f"{fence}{language}\n{text}\n{fence}"

@@ -1,0 +1,147 @@
+"""Approval gates through ``dag.test()``, answered from another thread the way the REST API does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow_support import run_dag_test, task_states, xcom
+from approval_support import responder
+from spine_tools import TOOLS
+
+from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.runner.results import RunResultCollector
+from airflow_provider_agentloom.workflow.parser import parse_workflow_text
+
+pytestmark = pytest.mark.timeout(180)
+
+GATED = """
+name: {name}
+description: A draft waits for a person.
+state:
+  topic: quarterly results
+  api_token: "s3cr3t-token-value-123"
+state_schema:
+  api_token: {{redact: true}}
+steps:
+  - id: draft
+    type: tool
+    tool_name: echo_args
+    tool_args: {{text: "draft about {{state.topic}}", token: "{{state.api_token}}"}}
+    output: draft_text
+  - id: approve
+    type: approval_gate
+    depends_on: [draft]
+    output: decision
+{gate_extra}
+  - id: finalise
+    type: tool
+    depends_on: [approve]
+    tool_name: echo_args
+    tool_args: {{decision: "{{state.decision}}", gate: "{{state.steps.approve.output}}"}}
+    output: result
+"""
+
+
+def _gated(name: str, gate_extra: str = "") -> Any:
+    text = GATED.format(name=name, gate_extra=gate_extra)
+    return parse_workflow_text(text, source=f"{name}.yaml")
+
+
+def _run(workflow: Any, tmp: Path, answers: dict[str, bool], **kwargs: Any) -> dict[str, Any]:
+    dag = build_dag(workflow, tools=TOOLS, working_dir=str(tmp), discover_tools=False)
+    with responder(dag.dag_id, answers, **kwargs) as thread:
+        dag_run = run_dag_test(dag)
+    run_context = dag.task_dict["approve"].run_context
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        result = RunResultCollector(run_context).collect(session, dag_run)
+    return {
+        "dag": dag,
+        "dag_run": dag_run,
+        "states": task_states(dag_run),
+        "result": result,
+        "thread": thread,
+    }
+
+
+@pytest.fixture(scope="module")
+def approved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _run(_gated("gate_approved"), tmp_path_factory.mktemp("approved"), {"approve": True})
+
+
+@pytest.fixture(scope="module")
+def rejected(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _run(_gated("gate_rejected"), tmp_path_factory.mktemp("rejected"), {"approve": False})
+
+
+def test_approve_answered_through_hitl_detail(approved: dict[str, Any]) -> None:
+    assert approved["thread"].answered == ["approve"]
+    assert str(approved["dag_run"].state) == "success"
+    assert approved["states"]["approve"] == ("success", 1)
+    assert xcom(approved["dag_run"], "approve") == "approved"
+    assert xcom(approved["dag_run"], "finalise") == {"decision": "approved", "gate": "approved"}
+    meta = xcom(approved["dag_run"], "approve", key="agentloom")
+    assert meta["status"] == "success"
+    assert meta["step_type"] == "approval_gate"
+    assert meta["extra"]["responded_by"] == "tester"
+    assert meta["extra"]["timed_out"] is False
+
+
+def test_decision_in_final_state(approved: dict[str, Any]) -> None:
+    result = approved["result"]
+    assert result.status == "success"
+    assert result.final_state["decision"] == "approved"
+    assert result.final_state["steps"]["approve"] == {"output": "approved", "status": "success"}
+    assert result.step_results["approve"].output == "approved"
+
+
+def test_request_shows_subject_and_masked_body(approved: dict[str, Any]) -> None:
+    subject = approved["thread"].subjects["approve"]
+    assert subject == "Approve step 'approve' of workflow 'gate_approved'?"
+    body = approved["thread"].bodies["approve"]
+    assert "### `draft` → `state.draft_text`" in body
+    assert "draft about quarterly results" in body
+    assert "s3cr3t-token-value-123" not in body
+
+
+def test_reject_is_data_and_downstream_runs(rejected: dict[str, Any]) -> None:
+    assert str(rejected["dag_run"].state) == "success"
+    assert rejected["states"]["approve"] == ("success", 1)
+    assert rejected["states"]["finalise"] == ("success", 1)
+    assert xcom(rejected["dag_run"], "finalise") == {"decision": "rejected", "gate": "rejected"}
+    assert rejected["result"].final_state["decision"] == "rejected"
+
+
+def test_gate_dag_serializes_with_response_timeout(tmp_path: Path) -> None:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    workflow = _gated("gate_serial", "    timeout_seconds: 30\n    on_timeout: reject\n    timeout: 5")
+    dag = build_dag(workflow, tools=TOOLS, working_dir=str(tmp_path), discover_tools=False)
+    gate = dag.task_dict["approve"]
+    assert gate.response_timeout.total_seconds() == 30
+    assert gate.defaults == ["Reject"]
+    assert gate.execution_timeout.total_seconds() == 5  # the step's own timeout, not the response window
+    restored = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+    assert restored.task_dict["approve"].task_type == "ApprovalGateOperator"
+
+
+@pytest.mark.parametrize(("on_timeout", "decision"), [("approve", "approved"), ("reject", "rejected")])
+def test_timeout_applies_on_timeout(tmp_path: Path, on_timeout: str, decision: str) -> None:
+    workflow = _gated(f"gate_timeout_{on_timeout}", f"    timeout_seconds: 1\n    on_timeout: {on_timeout}")
+    run = _run(workflow, tmp_path, {}, sweep=True)
+    assert str(run["dag_run"].state) == "success"
+    assert xcom(run["dag_run"], "approve") == decision
+    assert xcom(run["dag_run"], "approve", key="agentloom")["extra"]["timed_out"] is True
+    assert xcom(run["dag_run"], "finalise")["decision"] == decision
+
+
+def test_timeout_without_on_timeout_fails_the_gate(tmp_path: Path) -> None:
+    run = _run(_gated("gate_timeout_fails", "    timeout_seconds: 1"), tmp_path, {}, sweep=True)
+    assert run["states"]["approve"] == ("failed", 1)
+    result = run["result"]
+    assert result.status == "failed"
+    assert "got no answer within 1s and has no on_timeout" in (result.step_results["approve"].error or "")
+    assert run["states"]["finalise"][0] == "upstream_failed"
