@@ -50,6 +50,7 @@ def run_cli(
     return subprocess.run(
         [*CLI, *args],
         cwd=cwd,
+        stdin=subprocess.DEVNULL,  # never a terminal: an approval gate would ask on it
         env=None if env is None else dict(env),
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``visualize``.
+"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``visualize``.
 
 Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error; a run
 stopped by a signal exits 128 + its number (130 for Ctrl-C, 143 for SIGTERM).
@@ -121,7 +121,28 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--record-tools", action="store_true", help="with --record: also record model tool calls"
     )
+    _add_gate_options(run)
     run.set_defaults(handler=_run)
+
+    resume = commands.add_parser(
+        "resume", help="continue a run paused at an approval gate, answering the gate"
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    answer = resume.add_mutually_exclusive_group(required=True)
+    answer.add_argument(
+        "--approve", nargs="?", const="", metavar="STEP", help="approve the gate (default: the one waiting)"
+    )
+    answer.add_argument(
+        "--reject", nargs="?", const="", metavar="STEP", help="reject the gate (default: the one waiting)"
+    )
+    resume.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
+    resume.add_argument("--home", metavar="DIR", help="the runner's private Airflow home ($AGENTLOOM_HOME)")
+    resume.set_defaults(handler=_resume)
+
+    runs = commands.add_parser("runs", help="list the runs of the runner's home, paused gates included")
+    runs.add_argument("--json", action="store_true", help="print the runs as one JSON list")
+    runs.add_argument("--home", metavar="DIR", help="the runner's private Airflow home ($AGENTLOOM_HOME)")
+    runs.set_defaults(handler=_runs)
 
     replay = commands.add_parser("replay", help="run offline from a recording, deterministically")
     replay.add_argument("file", metavar="FILE")
@@ -129,6 +150,7 @@ def _parser() -> argparse.ArgumentParser:
         "--recording", "-r", required=True, metavar="FILE", help="a fixture written by --record"
     )
     _add_run_options(replay)
+    _add_gate_options(replay)
     replay.set_defaults(handler=_replay)
 
     visualize = commands.add_parser(
@@ -156,6 +178,23 @@ def _add_run_options(command: argparse.ArgumentParser) -> None:
         help="also register the tools of this Python module (or one attribute of it)",
     )
     command.add_argument("--home", metavar="DIR", help="the runner's private Airflow home ($AGENTLOOM_HOME)")
+
+
+def _add_gate_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--approve",
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="approve this approval gate when it waits (repeatable)",
+    )
+    command.add_argument(
+        "--reject",
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="reject this approval gate when it waits (repeatable)",
+    )
 
 
 # -- validate -----------------------------------------------------------------------------------
@@ -219,7 +258,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from airflow_provider_agentloom.operators.context import LLMOptions
+    from airflow_provider_agentloom.cli.options import RunOptions
     from airflow_provider_agentloom.workflow.parser import load_workflow
 
     if not Path(args.file).is_file():
@@ -232,17 +271,48 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"no such mock fixture file: {args.mock_responses}")
     workflow = load_workflow(args.file)
     args.workflow_name = workflow.name
-    if args.budget is not None:
-        workflow.config = workflow.config.model_copy(update={"budget_usd": args.budget})
-    overrides = parse_state_overrides(args.state, workflow.state)
-    tools = [tool for spec in args.tools for tool in load_tools(spec)]
-    llm = LLMOptions(
+    answers = _gate_answers(workflow, args.approve, args.reject)
+    options = RunOptions(
+        file=str(Path(args.file).resolve()),
+        cwd=os.getcwd(),
+        state=parse_state_overrides(args.state, workflow.state),
         provider=args.provider,
         model=args.model,
-        mock_responses=str(Path(args.mock_responses).resolve()) if args.mock_responses else None,
-        record_path=str(Path(args.record).resolve()) if args.record else None,
-        record_tools=args.record_tools,
+        budget=args.budget,
         stream=args.stream,
+        mock_responses=str(Path(args.mock_responses).resolve()) if args.mock_responses else None,
+        record=str(Path(args.record).resolve()) if args.record else None,
+        record_tools=args.record_tools,
+        tools=tuple(args.tools),
+    )
+    ask = _ask_on_terminal if not answers and _stdin_is_terminal() else None
+    return _execute(args, workflow, options, answers=answers, ask=ask)
+
+
+def _execute(
+    args: argparse.Namespace,
+    workflow: Any,
+    options: Any,
+    *,
+    answers: dict[str, bool],
+    ask: Any = None,
+    resume_run_id: str | None = None,
+) -> int:
+    """Run (or resume) ``workflow`` with ``options``; print progress, the summary and the result."""
+    from datetime import UTC, datetime
+
+    from airflow_provider_agentloom.operators.context import LLMOptions
+
+    if options.budget is not None:
+        workflow.config = workflow.config.model_copy(update={"budget_usd": options.budget})
+    tools = [tool for spec in options.tools for tool in load_tools(spec)]
+    llm = LLMOptions(
+        provider=options.provider,
+        model=options.model,
+        mock_responses=options.mock_responses,
+        record_path=options.record,
+        record_tools=options.record_tools,
+        stream=options.stream,
     )
 
     from airflow_provider_agentloom.cli.render import progress_line, summary_line
@@ -251,7 +321,14 @@ def _run(args: argparse.Namespace) -> int:
     def on_progress(result: Any, event: str) -> None:
         print(progress_line(result, event), file=sys.stderr, flush=True)
 
-    print(f"Running workflow: {workflow.name}", file=sys.stderr, flush=True)
+    verb = "Resuming" if resume_run_id else "Running"
+    print(f"{verb} workflow: {workflow.name}", file=sys.stderr, flush=True)
+    record = {
+        "workflow_name": workflow.name,
+        "workflow_file": options.file,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "options": options.to_record(),
+    }
     with _stdout_to_stderr() as stdout_fd:
         # As upstream, streamed text is printed as it arrives, except with --json. Task processes
         # write it to this copy of stdout, which they inherit.
@@ -260,18 +337,168 @@ def _run(args: argparse.Namespace) -> int:
             result = run_workflow(
                 workflow,
                 tools=tools,
-                state=overrides,
+                state=options.state,
                 home=args.home,
+                working_dir=options.cwd,
                 on_progress=on_progress,
                 run_context_options={"llm": llm},
+                answers=answers,
+                ask=ask,
+                resume_run_id=resume_run_id,
+                record=record,
             )
             code = EXIT_OK if result.status.value in ("success", "paused") else EXIT_FAILED
         except RunInterrupted as interrupted:
             result, code = interrupted.result, 128 + interrupted.signum
     print(summary_line(result), file=sys.stderr)
+    if result.status.value == "paused":
+        _print_resume_hint(args, result)
     if args.json:
         print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
     return code
+
+
+def _gate_answers(workflow: Any, approve: Sequence[str], reject: Sequence[str]) -> dict[str, bool]:
+    """``--approve``/``--reject`` as ``{step_id: approve?}``, each naming an approval gate once."""
+    gates = [step.id for step in workflow.steps if str(step.type) == "approval_gate"]
+    answers: dict[str, bool] = {}
+    for flag, steps, value in (("--approve", approve, True), ("--reject", reject, False)):
+        for step in steps:
+            if step not in gates:
+                known = f"its approval gates: {', '.join(gates)}" if gates else "it has no approval gate"
+                raise UsageError(f"{flag} {step}: {workflow.name!r} has no approval gate {step!r} ({known})")
+            if step in answers and answers[step] != value:
+                raise UsageError(f"step {step!r} is both approved and rejected")
+            answers[step] = value
+    return answers
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _ask_on_terminal(step_id: str) -> bool | None:
+    """Ask on the terminal; ``y``/``yes`` approves, anything else rejects, end of input leaves it waiting."""
+    print(f"Approve step {step_id!r}? [y/N] ", end="", file=sys.stderr, flush=True)
+    line = sys.stdin.readline()
+    if not line:
+        print(file=sys.stderr)
+        return None
+    return line.strip().lower() in ("y", "yes")
+
+
+def _print_resume_hint(args: argparse.Namespace, result: Any) -> None:
+    import shlex
+
+    home = f" --home {shlex.quote(str(Path(args.home).resolve()))}" if args.home else ""
+    waiting = [sid for sid, step in result.step_results.items() if step.status.value == "paused"]
+    for step_id in waiting:
+        quoted = shlex.quote(step_id)
+        print(
+            f"Paused at approval gate {step_id!r}. To continue the run:\n"
+            f"  agentloom resume {result.run_id}{home} --approve {quoted}\n"
+            f"  agentloom resume {result.run_id}{home} --reject {quoted}",
+            file=sys.stderr,
+        )
+
+
+# -- resume and runs ----------------------------------------------------------------------------
+
+
+class _NotResumable(Exception):
+    pass
+
+
+def _resume(args: argparse.Namespace) -> int:
+    """Continue a paused run of the home: rebuild its DAG from the recorded file and options."""
+    from airflow_provider_agentloom.cli.options import RunOptions
+    from airflow_provider_agentloom.runner.engine import RunNotResumable
+    from airflow_provider_agentloom.runner.home import prepare_home
+    from airflow_provider_agentloom.runner.runs import RunLedger
+    from airflow_provider_agentloom.workflow.parser import load_workflow
+
+    home = prepare_home(Path(args.home) if args.home else None)
+    record = RunLedger(home.root).load_history(args.run_id)
+    try:
+        if record is None:
+            raise _NotResumable(
+                f"no run {args.run_id!r} started by 'agentloom run' in {home.root} "
+                "(agentloom runs lists them)"
+            )
+        options = RunOptions.from_record(record.get("options") or {})
+        args.workflow_name = record.get("workflow_name")
+        if not Path(options.file).is_file():
+            raise _NotResumable(f"the workflow file of run {args.run_id!r} is gone: {options.file}")
+        if Path(options.cwd).is_dir():
+            os.chdir(options.cwd)
+        workflow = load_workflow(options.file)
+        step = args.approve if args.approve is not None else args.reject
+        gate = _waiting_gate(args.run_id, workflow, step)
+        answers = {gate: args.approve is not None}
+        return _execute(args, workflow, options, answers=answers, resume_run_id=args.run_id)
+    except (_NotResumable, RunNotResumable) as exc:
+        print(f"agentloom: {exc}", file=sys.stderr)
+        _print_failure(args, str(exc))
+        return EXIT_FAILED
+
+
+def _waiting_gate(run_id: str, workflow: Any, step: str) -> str:
+    """The step id of the gate to answer: ``step``, or the one gate the run waits at."""
+    from airflow.utils.session import create_session
+
+    from airflow_provider_agentloom.operators.context import safe_id
+    from airflow_provider_agentloom.runner.approvals import waiting_gates
+
+    with create_session() as session:
+        waiting = [gate.task_id for gate in waiting_gates(session, run_id=run_id)]
+    steps = {safe_id(s.id): s.id for s in workflow.steps}
+    waiting_steps = [steps.get(task_id, task_id) for task_id in waiting]
+    if not waiting_steps:
+        raise _NotResumable(f"run {run_id!r} is not paused at an approval gate")
+    if not step:
+        if len(waiting_steps) > 1:
+            raise _NotResumable(
+                f"run {run_id!r} waits at several gates ({', '.join(waiting_steps)}): name one"
+            )
+        return str(waiting_steps[0])
+    if step not in waiting_steps:
+        raise _NotResumable(
+            f"run {run_id!r} does not wait at step {step!r} (it waits at {', '.join(waiting_steps)})"
+        )
+    return str(step)
+
+
+def _runs(args: argparse.Namespace) -> int:
+    """List the home's runs, newest first: run id, workflow, status, start, paused gates."""
+    from airflow_provider_agentloom.runner.home import prepare_home
+    from airflow_provider_agentloom.runner.runs import list_runs
+
+    home = prepare_home(Path(args.home) if args.home else None)
+    runs = list_runs(home.root)
+    if args.json:
+        print(json.dumps(runs, indent=2, ensure_ascii=False, default=str))
+        return EXIT_OK
+    if not runs:
+        print("No runs found.")
+        return EXIT_OK
+    rows = [("RUN ID", "WORKFLOW", "STATUS", "STARTED", "PAUSED AT")]
+    for run in runs:
+        rows.append(
+            (
+                run["run_id"],
+                run["workflow_name"],
+                run["status"],
+                run["started_at"] or "",
+                ", ".join(run["paused_gates"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return EXIT_OK
 
 
 def _json_document(result: Any) -> dict[str, Any]:

@@ -31,6 +31,10 @@ def run_workflow(
     on_progress: Any = None,
     run_context_options: dict[str, Any] | None = None,
     stop: threading.Event | None = None,
+    answers: Mapping[str, bool] | None = None,
+    ask: Any = None,
+    resume_run_id: str | None = None,
+    record: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Run a workflow through Airflow in this process and return its result.
 
@@ -40,6 +44,11 @@ def run_workflow(
     :param home: the runner's private Airflow home (default ``$AGENTLOOM_HOME`` or the user cache).
     :param working_dir: "the directory you run from" for built-in tools (default: the current one).
     :param on_progress: called as ``on_progress(step_result, event)`` when a step ends or retries.
+    :param answers: ``{step_id: approve?}``: the answer of each approval gate, given when it waits.
+    :param ask: ``ask(step_id) -> bool | None``, asked about a waiting gate ``answers`` leaves open
+        (None leaves it waiting: the run pauses).
+    :param resume_run_id: continue this paused run of the same home (its finished steps are kept).
+    :param record: what the home's run history keeps of the run (``agentloom runs``/``resume``).
     :param stop: set this event (from another thread) to stop the run as Ctrl-C does; then
         :class:`RunInterrupted` is raised, its result's error saying ``Run cancelled``.
     :raises RunInterrupted: (a ``KeyboardInterrupt``) when Ctrl-C, SIGTERM or SIGHUP stopped
@@ -64,7 +73,18 @@ def run_workflow(
         run_context_options=run_context_options,
     )
     run_context = _run_context_of(dag, model)
-    driver = DagRunDriver(dag, run_context, embedded, conf=state, on_progress=on_progress, stop=stop)
+    driver = DagRunDriver(
+        dag,
+        run_context,
+        embedded,
+        conf=state,
+        on_progress=on_progress,
+        stop=stop,
+        answers=answers,
+        ask=ask,
+        resume_run_id=resume_run_id,
+        record=record,
+    )
     return driver.run()
 
 

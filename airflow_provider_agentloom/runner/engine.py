@@ -9,7 +9,10 @@ Execution API serves the tasks), with the differences a workflow runner needs:
   main thread) works even when the runner is called from async code or a worker thread;
 - a task that dies before it reports back (its supervisor failed, or was killed) goes through
   Airflow's failure handling, so it counts as an attempt and the step's ``retry`` applies;
-- a step waiting for a person (``awaiting_input``) pauses the run instead of blocking forever;
+- a step waiting for a person (``awaiting_input``) is answered from ``answers`` (``--approve``),
+  or by ``ask`` (a terminal prompt), or pauses the run instead of blocking forever; each time a
+  gate waits, the scheduler's HITL timeout sweep is applied (see :mod:`.approvals`). A paused
+  run is continued later by a driver given its ``resume_run_id``;
 - Ctrl-C or ``kill`` stops the run: the running steps' process trees are killed and the DAG
   run is marked failed (see :mod:`.interrupts`); a run whose runner died is marked failed by
   the next run on the same home (see :mod:`.runs`);
@@ -24,7 +27,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,6 +50,7 @@ log = logging.getLogger(__name__)
 BUNDLE_NAME = "dags-folder"
 _CURRENT: dict[str, DAG] = {}
 _POLL_SECONDS = 0.05
+_SWEEP_SECONDS = 1.0  # how often the HITL timeout sweep runs while other steps run
 _API_READY_SECONDS = 300.0  # building the API's routes takes ~3 s idle, 15 s and more on a busy machine
 
 
@@ -56,8 +60,19 @@ def serve_current_dag(globals_dict: dict[str, Any]) -> None:
         globals_dict[f"agentloom_run__{dag_id}"] = dag
 
 
+AskGate = Callable[[str], "bool | None"]
+"""Asks whether to approve the gate of a step id: True, False, or None (leave it waiting)."""
+
+
 class DagRunDriver:
-    """Drive one DagRun of ``dag`` to its end (or to a pause) and collect a :class:`RunResult`."""
+    """Drive one DagRun of ``dag`` to its end (or to a pause) and collect a :class:`RunResult`.
+
+    :param answers: ``{step_id: approve?}``, given to each approval gate when it starts waiting.
+    :param ask: asked about each waiting gate ``answers`` does not answer (a terminal prompt).
+    :param resume_run_id: continue this paused DAG run instead of creating one (its finished
+        steps are not run again).
+    :param record: what to keep in the home's run history (``runs`` lists it; ``resume`` reads it).
+    """
 
     def __init__(
         self,
@@ -68,6 +83,10 @@ class DagRunDriver:
         conf: Mapping[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
         stop: threading.Event | None = None,
+        answers: Mapping[str, bool] | None = None,
+        ask: AskGate | None = None,
+        resume_run_id: str | None = None,
+        record: Mapping[str, Any] | None = None,
     ) -> None:
         self.dag = dag
         self.stop = stop
@@ -75,10 +94,17 @@ class DagRunDriver:
         self.home = home
         self.conf = dict(conf or {})
         self.max_parallel = run_context.workflow.config.max_concurrent_steps
-        self.run_id = f"agentloom__{datetime.now(UTC):%Y%m%dT%H%M%S}_{secrets.token_hex(3)}"
+        self.resume_run_id = resume_run_id
+        self.run_id = resume_run_id or f"agentloom__{datetime.now(UTC):%Y%m%dT%H%M%S}_{secrets.token_hex(3)}"
         self.collector = RunResultCollector(run_context, self.conf, on_progress, logs_folder=home.logs)
         self.supervisor_log = home.logs / "supervisors.log"
         self.ledger = RunLedger(home.root)
+        self.answers = dict(answers or {})
+        self.ask = ask
+        self.record = dict(record) if record is not None else None
+        self._step_of_task = {run_context.task_id(sid): sid for sid in run_context.graph.steps}
+        self._asked: set[str] = set()
+        self._last_sweep = 0.0
 
     def run(self) -> RunResult:
         """Run to the end, a pause, or a signal (then raise :class:`RunInterrupted`)."""
@@ -101,7 +127,7 @@ class DagRunDriver:
                 result = self.collector.collect(session, dag_run, paused=paused, started=started)
             self.ledger.forget(self.run_id)
             return result
-        except RunInterrupted:
+        except (RunInterrupted, RunNotResumable):
             raise
         except BaseException as exc:
             _kill_now(tasks, api)
@@ -140,7 +166,13 @@ class DagRunDriver:
             session.commit()
             sync_bag_to_db(bag, BUNDLE_NAME, None, session=session)  # type: ignore[arg-type]
             session.commit()
+            if self.resume_run_id is not None:
+                dag_run = self._existing_run(session, scheduler_dag)
+                self.ledger.record(RunOwner.of_this_process(self.dag.dag_id, self.run_id))
+                return dag_run
             self.ledger.record(RunOwner.of_this_process(self.dag.dag_id, self.run_id))
+            if self.record is not None:
+                self.ledger.save_history(self.run_id, {**self.record, "dag_id": self.dag.dag_id})
             now = datetime.now(UTC)
             # Not dag.test()'s get_or_create_dagrun: it deletes this DAG's other run without a
             # logical date, that is, a run of the same workflow going on beside this one.
@@ -158,6 +190,28 @@ class DagRunDriver:
                 session=session,
             )
             session.commit()
+        return dag_run
+
+    def _existing_run(self, session: Any, scheduler_dag: Any) -> Any:
+        """The paused DAG run to continue: still running, with nothing of it being driven."""
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.state import DagRunState
+        from sqlalchemy import select
+
+        dag_run = session.scalar(
+            select(DagRun).where(DagRun.dag_id == self.dag.dag_id, DagRun.run_id == self.run_id)
+        )
+        if dag_run is None:
+            raise RunNotResumable(f"run {self.run_id!r} of {self.dag.dag_id!r} is not in {self.home.root}")
+        if dag_run.state != DagRunState.RUNNING:
+            raise RunNotResumable(f"run {self.run_id!r} is not paused: it ended {dag_run.state}")
+        if self.ledger.owner_alive(self.run_id):
+            raise RunNotResumable(f"run {self.run_id!r} is being driven by another process")
+        dag_run.dag = scheduler_dag
+        self.conf = dict(dag_run.conf or {})
+        self.collector.conf = dict(self.conf)
+        # Only what happens from now on is reported: the finished steps were reported when they ended.
+        self.collector.mark_reported(dag_run.get_task_instances(session=session))
         return dag_run
 
     # -- the loop ----------------------------------------------------------------------------
@@ -182,13 +236,63 @@ class DagRunDriver:
             self._start_scheduled(session, tis, tasks, guard)
             if dag_run.state != DagRunState.RUNNING:
                 break
+            waiting = [ti for ti in tis if ti.state == TaskInstanceState.AWAITING_INPUT]
+            if waiting and self._answer_gates(session, waiting, tasks):
+                continue
             if tasks.running:
                 time.sleep(_POLL_SECONDS)
                 continue
-            if any(ti.state == TaskInstanceState.AWAITING_INPUT for ti in tis):
+            if waiting:
                 return True
             time.sleep(_POLL_SECONDS * 4)
         return False
+
+    def _answer_gates(self, session: Any, waiting: list[Any], tasks: TaskProcesses) -> bool:
+        """Apply the HITL timeouts, then answer the waiting gates that can be; True if any moved.
+
+        A gate is answered only once its task process has ended (the race the handson notes:
+        resuming a task whose parking workload has not reported yet fails it). Each gate is
+        asked about once; a gate nobody answers leaves the run paused.
+        """
+        from airflow.utils.state import TaskInstanceState
+
+        from airflow_provider_agentloom.runner.approvals import answer_gate, apply_response_timeouts
+
+        running = {process.key for process in tasks.running.values()}
+        parked = [ti for ti in waiting if ti.key not in running]
+        if not parked:
+            return False
+        now = time.monotonic()
+        if tasks.running and now - self._last_sweep < _SWEEP_SECONDS:
+            return False
+        self._last_sweep = now
+        apply_response_timeouts(session)
+        session.expire_all()
+        moved = False
+        for ti in parked:
+            session.refresh(ti)
+            if ti.state != TaskInstanceState.AWAITING_INPUT:
+                moved = True  # the sweep resumed it (on_timeout) or failed it
+                continue
+            step_id = self._step_of_task.get(ti.task_id, ti.task_id)
+            approve = self.answers.pop(step_id, None)
+            if approve is None and self.ask is not None and step_id not in self._asked:
+                self._asked.add(step_id)
+                approve = self.ask(step_id)
+            if approve is None:
+                continue
+            answer_gate(
+                session,
+                dag_id=ti.dag_id,
+                run_id=ti.run_id,
+                task_id=ti.task_id,
+                map_index=ti.map_index,
+                approve=approve,
+                user=getpass_user(),
+            )
+            log.info("Step %s: %s", step_id, "approved" if approve else "rejected")
+            moved = True
+        return moved
 
     def _start_scheduled(
         self, session: Any, tis: list[Any], tasks: TaskProcesses, guard: InterruptGuard
@@ -256,6 +360,20 @@ class DagRunDriver:
             self.ledger.forget(self.run_id)
         except Exception:  # the next run on this home will mark it failed
             log.exception("Could not mark run %s failed", self.run_id)
+
+
+class RunNotResumable(Exception):
+    """Raised when ``resume`` names a run that is not paused in this home."""
+
+
+def getpass_user() -> str:
+    """Who answers a gate from the command line (recorded as the HITL responder)."""
+    import getpass
+
+    try:
+        return f"agentloom:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "agentloom"
 
 
 def _kill_now(tasks: TaskProcesses, api: ApiServer) -> None:

@@ -56,6 +56,11 @@ class RunResultCollector:
         where = f"; see {log_file}" if log_file is not None else ""
         self._lost[(task_id, try_number)] = f"the task ended without a result: {reason}{where}"
 
+    def mark_reported(self, tis: list[Any]) -> None:
+        """Treat the current state of ``tis`` as reported (a resumed run reports only what follows)."""
+        for ti in tis:
+            self._reported[ti.task_id] = (str(ti.state), int(ti.try_number or 0))
+
     def report(self, session: Any, tis: list[Any]) -> None:
         """Call the progress callback for every step that ended or retried since the last call."""
         if self.on_progress is None:

@@ -61,10 +61,40 @@ class RunOwner:
 
 
 class RunLedger:
-    """The ``runs/`` folder of a home: one file per DAG run being driven."""
+    """The ``runs/`` folder of a home: one file per DAG run being driven.
+
+    ``runs/history/<run_id>.json`` keeps, for every run ``agentloom run`` started, what ``runs``
+    lists and what ``resume`` needs to build the run's DAG again (the workflow file and the run
+    options); it outlives the run.
+    """
 
     def __init__(self, root: Path) -> None:
         self.folder = root / "runs"
+        self.history = self.folder / "history"
+
+    def save_history(self, run_id: str, record: dict[str, Any]) -> None:
+        """Keep ``record`` (JSON data) as the history of ``run_id``."""
+        self.history.mkdir(parents=True, exist_ok=True)
+        temporary = self.history / f".{run_id}.tmp"
+        temporary.write_text(json.dumps(record, default=str), encoding="utf-8")
+        os.replace(temporary, self.history / f"{run_id}.json")
+
+    def load_history(self, run_id: str) -> dict[str, Any] | None:
+        """The history record of ``run_id`` (None when there is none, or it is unreadable)."""
+        path = self.history / f"{path_safe(run_id)}.json"
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def owner_alive(self, run_id: str) -> bool:
+        """Whether a live process drives ``run_id`` now."""
+        try:
+            owner = RunOwner(**json.loads(self._file(path_safe(run_id)).read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return False
+        return owner.is_alive()
 
     def _file(self, run_id: str) -> Path:
         return self.folder / f"{run_id}.json"
@@ -102,6 +132,11 @@ class RunLedger:
             self.forget(owner.run_id)
             swept.append(owner.run_id)
         return swept
+
+
+def path_safe(run_id: str) -> str:
+    """``run_id`` as a file name (a run id given on the command line may hold anything)."""
+    return "".join(c if c.isalnum() or c in "._-+:" else "_" for c in run_id).lstrip(".") or "_"
 
 
 def fail_dag_run(session: Any, dag_id: str, run_id: str, reason: str) -> bool:
@@ -143,3 +178,49 @@ def fail_dag_run(session: Any, dag_id: str, run_id: str, reason: str) -> bool:
     session.commit()
     log.info("Run %s of %s marked failed: %s", run_id, dag_id, reason)
     return True
+
+
+def list_runs(root: Path) -> list[dict[str, Any]]:
+    """The DAG runs of the home at ``root``, newest first, as upstream's ``runs`` shows them.
+
+    Each is ``{run_id, workflow_name, dag_id, status, started_at, ended_at, paused_gates,
+    workflow_file}``; ``status`` is upstream's word: a run still ``running`` in the database that
+    no live process drives and that waits at approval gates is ``paused``.
+    """
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+    from sqlalchemy import select
+
+    ledger = RunLedger(root)
+    found = []
+    with create_session() as session:
+        waiting: dict[tuple[str, str], list[str]] = {}
+        for ti in session.scalars(
+            select(TaskInstance).where(TaskInstance.state == TaskInstanceState.AWAITING_INPUT)
+        ):
+            waiting.setdefault((ti.dag_id, ti.run_id), []).append(ti.task_id)
+        for dag_run in session.scalars(select(DagRun).order_by(DagRun.start_date.desc(), DagRun.id.desc())):
+            record = ledger.load_history(dag_run.run_id) or {}
+            gates = sorted(waiting.get((dag_run.dag_id, dag_run.run_id), []))
+            status = str(dag_run.state)
+            if dag_run.state == DagRunState.RUNNING and not ledger.owner_alive(dag_run.run_id):
+                status = "paused" if gates else "running"
+            found.append(
+                {
+                    "run_id": dag_run.run_id,
+                    "workflow_name": record.get("workflow_name") or dag_run.dag_id,
+                    "dag_id": dag_run.dag_id,
+                    "status": status,
+                    "started_at": _when(dag_run.start_date),
+                    "ended_at": _when(dag_run.end_date),
+                    "paused_gates": gates,
+                    "workflow_file": record.get("workflow_file"),
+                }
+            )
+    return found
+
+
+def _when(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if moment is not None else None

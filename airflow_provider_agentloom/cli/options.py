@@ -1,0 +1,46 @@
+"""``RunOptions``: the command line's options of one run, kept so that ``resume`` can build its DAG again."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``agentloom run`` was given, besides the answers to its approval gates.
+
+    :param file: the workflow file (absolute).
+    :param cwd: the directory the run started from (built-in tools' working directory, ``--tools``
+        imports); ``resume`` runs from it again.
+    :param state: the ``--state`` overrides, typed.
+    :param tools: the ``--tools MODULE[:ATTR]`` specs.
+    """
+
+    file: str
+    cwd: str
+    state: dict[str, Any] = field(default_factory=dict)
+    provider: str | None = None
+    model: str | None = None
+    budget: float | None = None
+    stream: bool = False
+    mock_responses: str | None = None
+    record: str | None = None
+    record_tools: bool = False
+    tools: tuple[str, ...] = ()
+
+    def to_record(self) -> dict[str, Any]:
+        """JSON data for the home's run history."""
+        data = dataclasses.asdict(self)
+        data["tools"] = list(self.tools)
+        return data
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> RunOptions:
+        """Read back :meth:`to_record`'s data (unknown keys are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {key: value for key, value in data.items() if key in names}
+        values["tools"] = tuple(values.get("tools") or ())
+        values["state"] = dict(values.get("state") or {})
+        return cls(**values)

@@ -1,0 +1,110 @@
+"""``agentloom run --approve``, a run paused at a gate, ``runs`` and ``resume`` (real CLI processes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_support import cli_env, run_cli
+
+TESTS = Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.timeout(300)
+
+WORKFLOW = """
+name: gated-cli
+state:
+  topic: results
+steps:
+  - id: draft
+    type: tool
+    tool_name: echo_args
+    tool_args: {text: "draft about {state.topic}"}
+    output: draft_text
+  - id: approve
+    type: approval_gate
+    depends_on: [draft]
+    output: decision
+  - id: finalise
+    type: tool
+    depends_on: [approve]
+    tool_name: echo_args
+    tool_args: {decision: "{state.decision}"}
+    output: result
+"""
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    work = tmp_path_factory.mktemp("gated")
+    (work / "wf.yaml").write_text(WORKFLOW, encoding="utf-8")
+    return {"work": work, "env": cli_env(work / "home", TESTS)}
+
+
+def _document(proc: Any) -> dict[str, Any]:
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    document: dict[str, Any] = json.loads(proc.stdout)
+    return document
+
+
+def test_approve_in_advance(setup: dict[str, Any]) -> None:
+    proc = run_cli(
+        "run", "wf.yaml", "--tools", "spine_tools", "--approve", "approve", "--json",
+        cwd=setup["work"], env=setup["env"],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    document = _document(proc)
+    assert document["status"] == "success"
+    assert document["final_state"]["decision"] == "approved"
+    assert document["final_state"]["result"] == {"decision": "approved"}
+
+
+def test_paused_then_runs_then_resume_with_reject(setup: dict[str, Any], tmp_path: Path) -> None:
+    work, env = setup["work"], setup["env"]
+    paused = run_cli("run", "wf.yaml", "--tools", "spine_tools", "--json", cwd=work, env=env)
+    assert paused.returncode == 0, paused.stderr[-3000:]
+    document = _document(paused)
+    run_id = document["run_id"]
+    assert document["status"] == "paused"
+    assert document["error"] == "Pause requested at step 'approve'"
+    assert document["step_results"]["approve"]["status"] == "paused"
+    assert "finalise" not in document["step_results"]
+    assert f"agentloom resume {run_id} --approve approve" in paused.stderr
+    assert f"agentloom resume {run_id} --reject approve" in paused.stderr
+
+    listed = run_cli("runs", "--json", cwd=work, env=env)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    (row,) = [run for run in json.loads(listed.stdout) if run["run_id"] == run_id]
+    assert row["status"] == "paused"
+    assert row["paused_gates"] == ["approve"]
+    assert row["workflow_name"] == "gated-cli"
+
+    # From another directory: the run goes back to the one it started from.
+    resumed = run_cli("resume", run_id, "--reject", "--json", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    document = _document(resumed)
+    assert document["run_id"] == run_id
+    assert document["status"] == "success"
+    assert document["final_state"]["decision"] == "rejected"
+    assert document["final_state"]["result"] == {"decision": "rejected"}  # rejection is data
+    assert document["step_results"]["draft"]["attempts"] == 1  # not run again
+    assert "Resuming workflow: gated-cli" in resumed.stderr
+    assert "draft" not in resumed.stderr.split("Resuming workflow", 1)[1].split("gated-cli: success")[0]
+
+    again = run_cli("resume", run_id, "--approve", cwd=tmp_path, env=env)
+    assert again.returncode == 1
+    assert "is not paused at an approval gate" in again.stderr
+
+
+def test_unknown_gate_flag_is_a_usage_error(setup: dict[str, Any]) -> None:
+    from airflow_provider_agentloom.cli import UsageError, _gate_answers
+    from airflow_provider_agentloom.workflow.parser import parse_workflow_text
+
+    workflow = parse_workflow_text(WORKFLOW)
+    assert _gate_answers(workflow, ["approve"], []) == {"approve": True}
+    with pytest.raises(UsageError, match="has no approval gate 'draft'"):
+        _gate_answers(workflow, ["draft"], [])
+    with pytest.raises(UsageError, match="both approved and rejected"):
+        _gate_answers(workflow, ["approve"], ["approve"])
