@@ -559,6 +559,13 @@ class _Hider:
         return text
 
 
+def _shown_url(url: str) -> str:
+    try:
+        return display_url(url)
+    except ValueError:
+        return url.split("?", 1)[0].rpartition("@")[2]
+
+
 def _webhook_payload(body: Mapping[str, Any] | str) -> bytes:
     if isinstance(body, str):
         return body.encode("utf-8")
@@ -599,9 +606,12 @@ async def send_webhook_async(
     :param client_factory: builds the pinned client (tests route it).
     """
     hide = _Hider(config.headers, mask)
-    shown = hide(display_url(config.url))
+    shown = hide(_shown_url(config.url))
     started = time.monotonic()
-    headers = {"Content-Type": "application/json", **config.headers}
+    headers = {"Content-Type": "application/json"}
+    for name, value in config.headers.items():
+        headers = {k: v for k, v in headers.items() if k.lower() != name.lower()}
+        headers[name] = value
     tried = 0
     status_code: int | None = None
     error: str | None = None

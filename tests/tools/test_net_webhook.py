@@ -43,6 +43,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    content_types: list[str]
 
 
 @dataclass
@@ -83,9 +84,9 @@ def _handler(hook: Hook) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
             with hook.lock:
-                hook.received.append(
-                    Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                )
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                types = self.headers.get_all("content-type") or []
+                hook.received.append(Received(self.path, headers, body, types))
                 status = hook.statuses[min(len(hook.received), len(hook.statuses)) - 1]
             if hook.hang:
                 hook.release.wait(30)
@@ -176,6 +177,7 @@ def test_headers_may_replace_the_content_type(hook: Hook) -> None:
     config = notify(hook.url(), headers={"content-type": "application/vnd.team+json"})
     assert send_webhook(config, BODY, sandbox=OPEN).delivered
     assert hook.received[0].headers["content-type"] == "application/vnd.team+json"
+    assert hook.received[0].content_types == ["application/vnd.team+json"]
 
 
 # ------------------------------------------------------------------------------------- retries
@@ -338,7 +340,7 @@ def test_a_name_that_resolves_to_an_internal_address_is_refused(hook: Hook) -> N
     assert hook.count == 0
 
 
-@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/x", "not a url"])
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/x", "not a url", "http://[::1/x"])
 def test_a_url_that_is_not_http_is_refused_without_raising(url: str) -> None:
     result = send_webhook(notify(url), BODY, sandbox=OPEN)
     assert result.refused
