@@ -98,7 +98,7 @@ def _run(workflow_file: str, tmp: Path, conf: dict[str, Any]) -> dict[str, Any]:
     workflow = load_workflow(DATA / workflow_file)
     dag = build_dag(workflow, tools=TOOLS, working_dir=str(tmp), discover_tools=False)
     dag_run = run_dag_test(dag, conf=conf)
-    run_context = next(iter(dag.task_dict.values())).run_context  # type: ignore[attr-defined]
+    run_context = next(iter(dag.task_dict.values())).run_context
     from airflow.utils.session import create_session
 
     with create_session() as session:
@@ -213,6 +213,11 @@ CONTINUE_EXPECTED = {
     "below_proceed": "skipped",  # below a router's skip: stays skipped under continue too
     "join": "skipped",
     "below_recover": "success",
+    "solo": "success",
+    "solo_child": "success",  # the router's only child, chosen: nothing to skip
+    "elsewhere": "success",
+    "unchosen": "skipped",
+    "free": "success",  # a target that is not a child runs on its own dependencies
 }
 
 
@@ -243,3 +248,14 @@ def test_router_branches_on_a_failed_steps_status(continue_run: dict[str, Any]) 
         assert step.status == state, step_id
         if state == "skipped":
             assert step.error is None, step_id
+
+
+def test_a_router_with_nothing_to_skip_and_one_choosing_a_non_child(continue_run: dict[str, Any]) -> None:
+    dag_run = continue_run["dag_run"]
+    assert xcom(dag_run, "solo") == "solo_child"  # returned normally: the SDK pushed it
+    assert xcom(dag_run, "solo", key="skipmixin_key") is None
+    assert xcom(dag_run, "solo", key="agentloom")["extra"]["skipped_children"] == []
+    assert xcom(dag_run, "elsewhere") == "free"
+    assert xcom(dag_run, "elsewhere", key="skipmixin_key") == {"skipped": ["unchosen"]}
+    assert xcom(dag_run, "free") == {"value": "free"}
+    assert continue_run["dag"].task_dict["free"].upstream_task_ids == set()
