@@ -7,6 +7,7 @@ from typing import Any
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.llm import AgentOperator, LLMCallOperator
+from airflow_provider_agentloom.operators.router import RouterOperator
 from airflow_provider_agentloom.operators.tool import ToolStepOperator
 from airflow_provider_agentloom.workflow.models import StepModel, StepType, Workflow
 from airflow_provider_agentloom.workflow.parser import issue_in
@@ -15,6 +16,7 @@ OPERATORS: dict[StepType, type[AgentLoomStepOperator[Any]]] = {
     StepType.TOOL: ToolStepOperator,
     StepType.LLM_CALL: LLMCallOperator,
     StepType.AGENT: AgentOperator,
+    StepType.ROUTER: RouterOperator,
 }
 """The operator class of each step type that can run."""
 
