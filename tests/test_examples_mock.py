@@ -37,6 +37,7 @@ from cli_support import cli_env, run_cli
 from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
 
 MOCK_DEFAULT_REPLY = "Mock response"
+CORPUS_TOOLS = Path(__file__).resolve().parent / "data" / "corpus_tools"
 PROGRESS_LINE = re.compile(r"^  (?:ok|FAILED|TIMEOUT|skipped|paused) +(\S+)  \(", re.MULTILINE)
 
 
@@ -57,6 +58,9 @@ class Expect:
     missing_files: tuple[str, ...] = ()
     needs_dirs: tuple[str, ...] = ()
     route: tuple[str, str] | None = None  # a router that ran and the target it chose
+    tools: str | None = (
+        None  # ``--tools`` spec: a module of tests/data/corpus_tools, copied to the run's folder
+    )
 
 
 def _routed(why: str, router: str, target: str, skipped: tuple[str, ...]) -> Expect:
@@ -158,6 +162,22 @@ CASES: dict[str, Expect] = {
         ("fire_alert", "create_ticket"),
     ),
     "13": Expect("success", "file_write/file_read tools under /tmp/agentloom-demo, two llm_calls"),
+    # Their custom tools are registered with --tools, as their Python runners (not in the corpus) do.
+    "14": Expect(
+        "success",
+        "@tool custom tools (--tools example14_tools), two llm_calls, a severity router",
+        skipped=("alert_critical", "alert_warning"),
+        route=("route", "log_healthy"),
+        tools="example14_tools",
+    ),
+    "15": Expect(
+        "success",
+        "BaseTool subclasses (--tools example15_tools:TOOLS), four llm_calls, a risk router that "
+        "takes retention_playbook on the tool's 'high (58/100)'",
+        skipped=("proactive_outreach", "monitor_only"),
+        route=("route_risk", "retention_playbook"),
+        tools="example15_tools:TOOLS",
+    ),
     "16": Expect("success", "three llm_calls (a circuit-breaker demo; meaningless on the mock)"),
     "17": Expect(
         "success",
@@ -199,8 +219,6 @@ CASES: dict[str, Expect] = {
 
 # Examples whose steps are only llm_call, tool and router but that are left out of the table above.
 EXCLUDED = {
-    "14": "its custom tools exist only in its Python runner 14_custom_tools_decorator.py",
-    "15": "its custom tools exist only in its Python runner 15_custom_tools_subclass.py",
     "18": "tool steps only, refused by the sandbox by design; each refusal's reason is checked by "
     "tests/test_tool_wiring.py and tests/tools/test_example_18.py",
 }
@@ -242,6 +260,10 @@ def run_example(examples_dir: Path, example_id: str, tmp_path: Path, home: Path,
         folder = Path(fixture).parts[0]
         if (examples_dir / folder).is_dir():
             shutil.copytree(examples_dir / folder, work / folder)
+    tools = CASES[example_id].tools if example_id in CASES else None
+    if tools:
+        shutil.copy2(CORPUS_TOOLS / f"{tools.partition(':')[0]}.py", work)
+        extra = ("--tools", tools, *extra)
     env = cli_env(home)
     started = time.monotonic()
     proc = run_cli("run", source.name, "--provider", "mock", "--json", *extra, cwd=work, env=env)
