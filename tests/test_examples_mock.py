@@ -1,8 +1,9 @@
 """Upstream's example corpus through ``agentloom run FILE --provider mock --json``, one CLI process each.
 
-The examples whose steps are only ``llm_call`` and ``tool`` run offline on the mock provider: every
-model call answers from the example's own fixture when it names one, else with the default reply
-"Mock response". Those that need the internet or local media files fail, and each such row says
+The examples whose steps are only ``llm_call``, ``tool`` and ``router`` run offline on the mock
+provider: every model call answers from the example's own fixture when it names one, else with the
+default reply "Mock response" (which matches no router condition of the corpus: each router takes
+its default, and its other children are skipped). Those that need the internet or local media files fail, and each such row says
 why and checks that the error names that reason (the URL, the file path), so a failure for any
 other reason fails the test.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import time
@@ -35,6 +37,8 @@ from cli_support import cli_env, run_cli
 from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
 
 MOCK_DEFAULT_REPLY = "Mock response"
+CORPUS_TOOLS = Path(__file__).resolve().parent / "data" / "corpus_tools"
+PROGRESS_LINE = re.compile(r"^  (?:ok|FAILED|TIMEOUT|skipped|paused) +(\S+)  \(", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,32 @@ class Expect:
     skipped: tuple[str, ...] = ()
     missing_files: tuple[str, ...] = ()
     needs_dirs: tuple[str, ...] = ()
+    route: tuple[str, str] | None = None  # a router that ran and the target it chose
+    tools: str | None = (
+        None  # ``--tools`` spec: a module of tests/data/corpus_tools, copied to the run's folder
+    )
+
+
+def _routed(why: str, router: str, target: str, skipped: tuple[str, ...]) -> Expect:
+    """A router's example: the mock's reply matches no condition, so the default branch runs."""
+    return Expect("success", why, skipped=skipped, route=(router, target))
+
+
+def _no_dns_tool(step: str, url: str, skipped: tuple[str, ...]) -> Expect:
+    """An ``http_request`` tool step to a public host: refused offline, retried, its dependents skipped."""
+    host = url.split("/")[2]
+    shown = url.split("?", 1)[0]  # the error shows the URL without its query
+    return Expect(
+        "failed",
+        f"needs internet: tool step http_request GET {url}",
+        failed_step=step,
+        attempts=4,
+        error_parts=(
+            f"Tool 'http_request' failed: ConnectError: GET {shown}:",
+            f"DNS look-up of '{host}' refused",
+        ),
+        skipped=skipped,
+    )
 
 
 def _no_dns(url: str, host: str, step: str, skipped: tuple[str, ...] = ()) -> Expect:
@@ -98,8 +128,56 @@ CASES: dict[str, Expect] = {
         ),
         skipped=("analyze",),
     ),
+    "03": _routed(
+        "classify + router with a default", "route", "handle_general", ("handle_billing", "handle_technical")
+    ),
+    "05": _routed(
+        "three parallel checks, aggregate, a three-way router",
+        "route",
+        "send_to_review",
+        ("publish", "auto_reject"),
+    ),
+    "06": _no_dns_tool(
+        "enrich_company",
+        "https://jsonplaceholder.typicode.com/users/1",
+        ("score_lead", "route", "draft_outreach", "nurture_sequence", "log_and_archive"),
+    ),
+    "07": _no_dns_tool(
+        "fetch_deploys",
+        "https://jsonplaceholder.typicode.com/posts?_limit=3",
+        (
+            "analyze",
+            "classify_severity",
+            "route",
+            "incident_response",
+            "create_ticket",
+            "add_to_backlog",
+        ),
+    ),
     "08": Expect("success", "four chained llm_calls"),
+    "12": _routed(
+        "two shell_command (echo) tools, two llm_calls, a severity router",
+        "route",
+        "log_silently",
+        ("fire_alert", "create_ticket"),
+    ),
     "13": Expect("success", "file_write/file_read tools under /tmp/agentloom-demo, two llm_calls"),
+    # Their custom tools are registered with --tools, as their Python runners (not in the corpus) do.
+    "14": Expect(
+        "success",
+        "@tool custom tools (--tools example14_tools), two llm_calls, a severity router",
+        skipped=("alert_critical", "alert_warning"),
+        route=("route", "log_healthy"),
+        tools="example14_tools",
+    ),
+    "15": Expect(
+        "success",
+        "BaseTool subclasses (--tools example15_tools:TOOLS), four llm_calls, a risk router that "
+        "takes retention_playbook on the tool's 'high (58/100)'",
+        skipped=("proactive_outreach", "monitor_only"),
+        route=("route_risk", "retention_playbook"),
+        tools="example15_tools:TOOLS",
+    ),
     "16": Expect("success", "three llm_calls (a circuit-breaker demo; meaningless on the mock)"),
     "17": Expect(
         "success",
@@ -139,7 +217,7 @@ CASES: dict[str, Expect] = {
     "35": Expect("success", "llm_call with a model tool call, on its committed fixture"),
 }
 
-# Examples whose steps are only llm_call and tool but that are left out of the table above.
+# Examples whose steps are only llm_call, tool and router but that are left out of the table above.
 EXCLUDED = {
     "18": "tool steps only, refused by the sandbox by design; each refusal's reason is checked by "
     "tests/test_tool_wiring.py and tests/tools/test_example_18.py",
@@ -182,6 +260,10 @@ def run_example(examples_dir: Path, example_id: str, tmp_path: Path, home: Path,
         folder = Path(fixture).parts[0]
         if (examples_dir / folder).is_dir():
             shutil.copytree(examples_dir / folder, work / folder)
+    tools = CASES[example_id].tools if example_id in CASES else None
+    if tools:
+        shutil.copy2(CORPUS_TOOLS / f"{tools.partition(':')[0]}.py", work)
+        extra = ("--tools", tools, *extra)
     env = cli_env(home)
     started = time.monotonic()
     proc = run_cli("run", source.name, "--provider", "mock", "--json", *extra, cwd=work, env=env)
@@ -242,11 +324,11 @@ def table_runs(
     runs.close()
 
 
-def test_the_table_covers_every_llm_call_and_tool_only_example(examples_dir: Path) -> None:
+def test_the_table_covers_every_llm_call_tool_and_router_only_example(examples_dir: Path) -> None:
     only_llm_and_tools = set()
     for path in examples_dir.glob("*.yaml"):
         steps = yaml.safe_load(path.read_text(encoding="utf-8"))["steps"]
-        if {step["type"] for step in steps} <= {"llm_call", "tool"}:
+        if {step["type"] for step in steps} <= {"llm_call", "tool", "router"}:
             only_llm_and_tools.add(path.name.split("_", 1)[0])
     assert only_llm_and_tools == set(CASES) | set(EXCLUDED)
     assert not set(CASES) & set(EXCLUDED)
@@ -268,9 +350,10 @@ def test_example_runs_on_the_mock_provider(
     steps = document["step_results"]
     assert document["status"] == expect.status, (expect.why, document["error"], run.proc.stderr[-3000:])
     assert set(steps) == {step["id"] for step in run.workflow["steps"]}
+    check_progress_order(run)
     if expect.status == "success":
         assert run.proc.returncode == 0
-        check_success(run)
+        check_success(run, expect)
         return
     assert run.proc.returncode == 1
     assert expect.failed_step is not None
@@ -287,12 +370,31 @@ def test_example_runs_on_the_mock_provider(
     assert all(steps[step_id]["status"] == "success" for step_id in others)
 
 
-def check_success(run: ExampleRun) -> None:
-    """Every step succeeded at once; outputs reached the state; model steps answered as the mock does."""
+def check_progress_order(run: ExampleRun) -> None:
+    """The progress lines (stderr) name every step once, never a step before one it depends on."""
+    names = {step["id"] for step in run.workflow["steps"]}
+    order = PROGRESS_LINE.findall(run.proc.stderr)
+    assert sorted(order) == sorted(names), run.proc.stderr[-3000:]
+    for step in run.workflow["steps"]:
+        for parent in step.get("depends_on") or []:
+            assert order.index(parent) < order.index(step["id"]), (parent, step["id"], order)
+
+
+def check_success(run: ExampleRun, expect: Expect) -> None:
+    """Every step succeeded at once, but a router's skipped branches; outputs reached the state; model
+    steps answered as the mock does."""
     document = run.document
     has_fixture = bool((run.workflow.get("config") or {}).get("responses_file"))
+    if expect.route is not None:
+        router, target = expect.route
+        assert document["step_results"][router]["output"] == target
+        assert document["final_state"]["steps"][router] == {"output": target, "status": "success"}
     for step in run.workflow["steps"]:
         result = document["step_results"][step["id"]]
+        if step["id"] in expect.skipped:  # not chosen by a router: skipped, with no error (upstream)
+            assert (result["status"], result["error"], result["attempts"]) == ("skipped", None, 0)
+            assert step["id"] not in document["final_state"]["steps"]
+            continue
         assert result["status"] == "success", (step["id"], result["error"])
         assert result["attempts"] == 1
         if step.get("output"):

@@ -115,9 +115,9 @@ ROUTER = """name: routed
 steps:
   - {id: first, type: tool, tool_name: shell_command, tool_args: {command: "echo hi"}}
   - id: pick
-    type: router
+    type: subworkflow
     depends_on: [first]
-    conditions: [{expression: "True", target: done}]
+    workflow_inline: {name: child, steps: [{id: x, type: tool, tool_name: shell_command}]}
   - {id: done, type: tool, tool_name: shell_command, depends_on: [pick], tool_args: {command: "echo ok"}}
 """
 
@@ -129,8 +129,8 @@ def test_a_step_type_without_an_operator_is_reported_at_its_line(tmp_path: Path)
     bag = bag_of(tmp_path)
     message = bag.import_errors["routed.yaml"]
     assert (
-        f"{tmp_path / 'routed.yaml'}:5: steps[1].type: step 'pick': step type 'router' is not supported yet"
+        f"{tmp_path / 'routed.yaml'}:5: steps[1].type: step 'pick': step type 'subworkflow' is not supported yet"
         in message
     )
-    assert "supported step types: tool, llm_call, agent" in message
+    assert "supported step types: tool, llm_call, agent, router, approval_gate" in message
     assert list(bag.dags["routed"].task_dict) == ["invalid_workflow"]

@@ -73,7 +73,7 @@ from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.llm.recording import RecordingProvider
 from airflow_provider_agentloom.operators.masking import register_secret
 from airflow_provider_agentloom.settings import llm_max_reply_bytes, llm_request_timeout, positive_number
-from airflow_provider_agentloom.tools._network import display_url
+from airflow_provider_agentloom.tools.net import display_url
 from airflow_provider_agentloom.workflow.redaction import Mask
 
 if TYPE_CHECKING:

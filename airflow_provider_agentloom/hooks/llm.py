@@ -25,7 +25,7 @@ from airflow_provider_agentloom.hooks._gateway import (
 from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.errors import redact, short_detail
 from airflow_provider_agentloom.llm.http_provider import HTTPProvider
-from airflow_provider_agentloom.tools._network import display_url
+from airflow_provider_agentloom.tools.net import display_url
 
 __all__ = [
     "CONN_TYPE",

@@ -13,8 +13,8 @@ then read as:
    attachment row says "allow_network, allowed_domains, no internal addresses" for both columns,
    and the "listed host is reached even when internal" rule belongs to ``http_request`` only.
 
-   - ``fetch: local`` (default): downloaded through ``tools._transport.client_for``, which connects
-     to the addresses the check resolved (no second DNS look-up; Host header and TLS name kept).
+   - ``fetch: local`` (default): downloaded by ``tools.net.fetch``, whose client connects to the
+     addresses the check resolved (no second DNS look-up; Host header and TLS name kept).
      Redirects are followed by hand, at most :data:`MAX_REDIRECTS`, each new URL checked again the
      same way. The body is capped while it streams (a ``Content-Length`` over the cap is refused
      before any of it is read). The whole download, redirects included, must finish within
@@ -70,16 +70,14 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 import anyio
 import anyio.to_thread
-import httpx
 
 from airflow_provider_agentloom.exceptions import AgentLoomError, SandboxViolationError, StepError
 from airflow_provider_agentloom.llm.types import AttachmentData
-from airflow_provider_agentloom.tools._network import NetworkTarget
-from airflow_provider_agentloom.tools._transport import client_for
+from airflow_provider_agentloom.tools.net import ClientFactory, FetchError, client_for, fetch, size_limit
 from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 from airflow_provider_agentloom.workflow.models import Attachment
 
@@ -141,7 +139,6 @@ DEFAULT_MEDIA_TYPES: dict[str, str] = {
     "audio": "audio/wav",
 }
 
-_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _UNINFORMATIVE_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream"})
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _DATA_URL = re.compile(r"data:([^,;]*)((?:;[^,;]*)*),(.*)", re.DOTALL | re.IGNORECASE)
@@ -164,12 +161,6 @@ _RIFF_FORMS = {b"WEBP": "image/webp", b"WAVE": "audio/wav"}
 
 def _identity(text: str) -> str:
     return text
-
-
-class ClientFactory(Protocol):
-    """Build the HTTP client for one checked target; ``tools._transport.client_for`` by default."""
-
-    def __call__(self, target: NetworkTarget | None, **kwargs: Any) -> httpx.AsyncClient: ...
 
 
 class _Problem(Exception):
@@ -343,7 +334,7 @@ async def _resolve(attachment: Attachment, source: str, options: _Options) -> At
 def _inline(kind: AttachmentType, explicit: str, inline: tuple[str, bytes], max_bytes: int) -> AttachmentData:
     text, raw = inline
     if len(raw) > max_bytes:
-        raise _Problem(f"the inline data is {len(raw)} bytes, over the {_limit(max_bytes)} limit")
+        raise _Problem(f"the inline data is {len(raw)} bytes, over the {size_limit(max_bytes)} limit")
     media_type = explicit or sniff_media_type(raw) or _default_media_type(kind)
     return AttachmentData(type=kind, media_type=media_type, data=text)
 
@@ -372,17 +363,28 @@ async def _pass_url(attachment: Attachment, url: str, options: _Options) -> Atta
 
 
 async def _download_attachment(attachment: Attachment, url: str, options: _Options) -> AttachmentData:
-    target = await anyio.to_thread.run_sync(options.sandbox.validate_attachment_url, url)
-    body, content_type, final_url = await _download(target, options)
+    # Each hop is checked like the first: allow_network, allowed_domains, internal addresses.
+    try:
+        result = await fetch(
+            url,
+            check=options.sandbox.validate_attachment_url,
+            max_bytes=options.max_bytes,
+            timeout=options.timeout,
+            max_redirects=MAX_REDIRECTS,
+            headers=_REQUEST_HEADERS,
+            client_factory=options.client_factory,
+        )
+    except FetchError as exc:
+        raise _Problem(str(exc)) from None
     media_type = (
         (attachment.media_type or "").strip()
-        or _informative(content_type)
-        or _media_type_from_name(_url_path(final_url))
+        or _informative(result.content_type)
+        or _media_type_from_name(_url_path(result.url))
         or _media_type_from_name(_url_path(url))
-        or sniff_media_type(body)
+        or sniff_media_type(result.body)
         or _default_media_type(attachment.type)
     )
-    encoded = base64.b64encode(body).decode("ascii")
+    encoded = base64.b64encode(result.body).decode("ascii")
     return AttachmentData(type=attachment.type, media_type=media_type, data=encoded)
 
 
@@ -395,58 +397,6 @@ async def _read_attachment_file(attachment: Attachment, source: str, options: _O
     return AttachmentData(
         type=attachment.type, media_type=media_type, data=base64.b64encode(raw).decode("ascii")
     )
-
-
-# -------------------------------------------------------------------------------------- downloads
-
-
-async def _download(target: NetworkTarget, options: _Options) -> tuple[bytes, str, str]:
-    """Download ``target.url`` within ``options.timeout``; return ``(body, content type, final URL)``."""
-    try:
-        with anyio.fail_after(options.timeout):
-            return await _follow_redirects(target, options)
-    except TimeoutError:
-        raise _Problem(f"the download took longer than {options.timeout:g} s") from None
-    except httpx.TimeoutException as exc:
-        raise _Problem(f"the download timed out ({type(exc).__name__})") from None
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise _Problem(f"the download failed: {type(exc).__name__}: {exc}") from None
-
-
-async def _follow_redirects(target: NetworkTarget, options: _Options) -> tuple[bytes, str, str]:
-    redirects = 0
-    while True:
-        async with (
-            options.client_factory(target, timeout=httpx.Timeout(options.timeout)) as client,
-            client.stream("GET", target.url, headers=_REQUEST_HEADERS) as response,
-        ):
-            location = response.headers.get("location")
-            if response.status_code not in _REDIRECT_STATUSES or not location:
-                if not response.is_success:
-                    raise _Problem(f"the download failed: HTTP {response.status_code} from {target.host}")
-                body = await _read_capped(response, options.max_bytes)
-                return body, response.headers.get("content-type", ""), str(response.url)
-            next_url = str(response.url.join(location))
-        if redirects == MAX_REDIRECTS:
-            raise _Problem(f"the download was redirected more than {MAX_REDIRECTS} times")
-        redirects += 1
-        # Each hop is checked like the first: allow_network, allowed_domains, internal addresses.
-        target = await anyio.to_thread.run_sync(options.sandbox.validate_attachment_url, next_url)
-
-
-async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
-    """Read the body, refusing it as soon as it passes ``max_bytes`` (or declares more)."""
-    declared = response.headers.get("content-length", "").strip()
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise _Problem(f"the server announced {int(declared)} bytes, over the {_limit(max_bytes)} limit")
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in response.aiter_bytes():
-        total += len(chunk)
-        if total > max_bytes:
-            raise _Problem(f"the download passed the {_limit(max_bytes)} limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 # ------------------------------------------------------------------------------------------ files
@@ -474,7 +424,7 @@ def _read_file(path: Path, max_bytes: int, source: str) -> bytes:
     except OSError as exc:
         raise _Problem(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > max_bytes:
-        raise _Problem(f"{path} is over the {_limit(max_bytes)} limit")
+        raise _Problem(f"{path} is over the {size_limit(max_bytes)} limit")
     return data
 
 
@@ -484,7 +434,7 @@ def _check_regular_file(info: os.stat_result, path: Path, max_bytes: int) -> Non
     if not stat.S_ISREG(info.st_mode):
         raise _Problem(f"{path} is not a regular file")
     if info.st_size > max_bytes:
-        raise _Problem(f"{path} is {info.st_size} bytes, over the {_limit(max_bytes)} limit")
+        raise _Problem(f"{path} is {info.st_size} bytes, over the {size_limit(max_bytes)} limit")
 
 
 def _not_base64_hint(source: str) -> str:
@@ -542,10 +492,3 @@ def _without_source(reason: str, source: str, label: str) -> str:
 
 def _shorten(text: str) -> str:
     return text if len(text) <= _LABEL_LIMIT else text[: _LABEL_LIMIT - 1] + "…"
-
-
-def _limit(max_bytes: int) -> str:
-    mib = 1024 * 1024
-    if max_bytes >= mib and max_bytes % mib == 0:
-        return f"{max_bytes // mib} MB"
-    return f"{max_bytes} byte"

@@ -8,6 +8,7 @@ from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.operators.approval import ApprovalGateOperator
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.llm import AgentOperator, LLMCallOperator
+from airflow_provider_agentloom.operators.router import RouterOperator
 from airflow_provider_agentloom.operators.tool import ToolStepOperator
 from airflow_provider_agentloom.workflow.models import StepModel, StepType, Workflow
 from airflow_provider_agentloom.workflow.parser import issue_in
@@ -16,6 +17,7 @@ OPERATORS: dict[StepType, type[AgentLoomStepOperator[Any]]] = {
     StepType.TOOL: ToolStepOperator,
     StepType.LLM_CALL: LLMCallOperator,
     StepType.AGENT: AgentOperator,
+    StepType.ROUTER: RouterOperator,
     StepType.APPROVAL_GATE: ApprovalGateOperator,
 }
 """The operator class of each step type that can run."""

@@ -75,18 +75,27 @@ class RunResultCollector:
             TaskInstanceState.AWAITING_INPUT,
         }
         ended: list[tuple[Any, str, str]] = []
+        unfinished = {ti.task_id for ti in tis if ti.state not in final}
+        parents = self.ctx.graph.parents
         for ti in tis:
             state = ti.state
             event = "done" if state in final else "retry" if state == TaskInstanceState.UP_FOR_RETRY else None
             if event is None:
                 continue
+            step_id = self._step_of_task.get(ti.task_id, ti.task_id)
+            if event == "done" and any(self.ctx.task_id(p) in unfinished for p in parents.get(step_id, ())):
+                continue  # a router skips its children before it ends: they print after it, next time
             mark = (str(state), int(ti.try_number or 0))
             if self._reported.get(ti.task_id) == mark:
                 continue
             self._reported[ti.task_id] = mark
-            ended.append((ti, event, self._step_of_task.get(ti.task_id, ti.task_id)))
-        # In the order the steps ended (a dependent's skip never prints before its parent's failure).
-        ended.sort(key=lambda item: (item[0].end_date or _NEVER, self._rank.get(item[2], 0)))
+            ended.append((ti, event, step_id))
+        # In the order the steps ended; a step never prints before a parent (a router's skips end first).
+        ends: dict[str, datetime] = {}
+        for ti, _, step_id in sorted(ended, key=lambda item: self._rank.get(item[2], 0)):
+            own = ti.end_date or _NEVER
+            ends[step_id] = max([own, *(ends[p] for p in parents.get(step_id, ()) if p in ends)])
+        ended.sort(key=lambda item: (ends[item[2]], self._rank.get(item[2], 0)))
         for ti, event, step_id in ended:
             self.on_progress(self._step_result(session, ti, step_id, {})[0], event)
 

@@ -1,4 +1,8 @@
-"""Network rules of the sandbox: URL hosts in any spelling, internal addresses, DNS resolution."""
+"""Host rules of the sandbox: URL hosts in any spelling, internal addresses, DNS resolution.
+
+Private to ``tools/``: code elsewhere uses ``tools.net``, which re-exports what it needs. Standard
+library only, so that the sandbox (and registering the built-ins) loads no HTTP client.
+"""
 
 from __future__ import annotations
 

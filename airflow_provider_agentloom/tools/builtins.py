@@ -107,7 +107,7 @@ class HttpRequestTool(_BuiltinTool):
             raise TypeError(f"http_request: 'body' must be a string or a mapping, not {type(body).__name__}")
         target = self.sandbox.validate_network(url) if self.sandbox is not None else None
         # httpx loads on first use only, so registering the built-ins stays cheap.
-        from airflow_provider_agentloom.tools._transport import send
+        from airflow_provider_agentloom.tools.net import send
 
         return await send(method, url, target=target, timeout=seconds, **request)
 

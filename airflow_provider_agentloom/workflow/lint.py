@@ -61,6 +61,8 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
                     ("steps", i, field),
                     f"{problem}; step {step.id!r} fails when the run reaches it",
                 )
+        for loc, message in _targets_not_children(step, graph):
+            add("warning", ("steps", i, *loc), message)
     for edge in graph.implicit_edges:
         keys = ", ".join(edge.keys)
         add(
@@ -84,6 +86,27 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
                 f"steps {a!r} and {b!r} may run at the same time and both write {key!r}",
             )
     return findings
+
+
+def _targets_not_children(step: object, graph: StepGraph) -> list[tuple[tuple[str | int, ...], str]]:
+    """A router's targets that do not depend on it (upstream runs them anyway), at their first mention."""
+    if not isinstance(step, RouterStep):
+        return []
+    found: dict[str, tuple[str | int, ...]] = {}
+    for j, condition in enumerate(step.conditions):
+        found.setdefault(condition.target, ("conditions", j, "target"))
+    if step.default is not None:
+        found.setdefault(step.default, ("default",))
+    return [
+        (
+            loc,
+            f"router {step.id!r} targets {target!r}, which does not list it in depends_on: {target!r} "
+            f"runs when its own dependencies are met, whatever the router chooses (add depends_on: "
+            f"[{step.id}] to {target!r} to make it a branch)",
+        )
+        for target, loc in found.items()
+        if step.id not in graph.explicit_parents.get(target, ())
+    ]
 
 
 def _templates(step: object) -> list[tuple[str, str]]:

@@ -36,8 +36,7 @@ from airflow_provider_agentloom.llm.attachments import (
     sniff_media_type,
 )
 from airflow_provider_agentloom.llm.types import AttachmentData
-from airflow_provider_agentloom.tools._network import NetworkTarget
-from airflow_provider_agentloom.tools._transport import PinnedTransport
+from airflow_provider_agentloom.tools.net import NetworkTarget, PinnedTransport
 from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 from airflow_provider_agentloom.workflow.models import Attachment
 
@@ -332,7 +331,7 @@ async def test_downloads_an_image_through_the_checked_address(
 async def test_the_default_client_connects_to_the_checked_address_without_a_second_lookup(
     web: WebServer, resolver: FakeResolver, base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Without a test client factory: tools._transport.client_for, pinned to 93.184.216.34, which the
+    # Without a test client factory: tools.net.client_for, pinned to 93.184.216.34, which the
     # conftest's guard refuses to connect to. A second DNS look-up of the name would show up here.
     looked_up: list[object] = []
     connected: list[object] = []

@@ -77,3 +77,29 @@ def test_thousands_of_writers_of_one_key_cost_little_and_are_capped() -> None:
     found = collisions(f"name: wide\nsteps:\n{parallel}")  # 4.5 million colliding pairs
     assert len(found) == MAX_COLLISIONS
     assert found[0] == ("p0", "p1", "out", 1)
+
+
+def test_a_router_target_that_is_not_its_child_is_a_warning_at_its_line() -> None:
+    text = (
+        "name: c\nsteps:\n"
+        "  - {id: first, type: tool, tool_name: t}\n"
+        "  - id: pick\n    type: router\n    depends_on: [first]\n"
+        "    conditions:\n"
+        "      - {expression: 'True', target: done}\n"
+        "      - {expression: 'False', target: other}\n"
+        "    default: elsewhere\n"
+        "  - {id: done, type: tool, tool_name: t, depends_on: [pick]}\n"
+        "  - {id: other, type: tool, tool_name: t}\n"
+        "  - {id: elsewhere, type: tool, tool_name: t, depends_on: [first]}\n"
+    )
+    workflow = parse_workflow_text(text, "flow.yaml")
+    found = [f for f in lint_workflow(workflow, graph_of(workflow)) if "targets" in f.issue.message]
+    assert [(f.level, f.issue.line, f.issue.key_path) for f in found] == [
+        ("warning", 9, "steps[1].conditions[1].target"),
+        ("warning", 10, "steps[1].default"),
+    ]
+    assert found[0].issue.message == (
+        "router 'pick' targets 'other', which does not list it in depends_on: 'other' runs when its own "
+        "dependencies are met, whatever the router chooses (add depends_on: [pick] to 'other' to make it "
+        "a branch)"
+    )

@@ -1,0 +1,115 @@
+"""``RouterOperator``: a ``router`` step — choose one target by expression, skip the other children.
+
+The conditions are evaluated in order by :func:`~airflow_provider_agentloom.workflow.routing.choose_route`
+(the AST allow-list evaluator, never ``eval``): the first truthy one wins, else ``default``. The
+output is the chosen target's step id.
+
+Skips follow upstream HEAD (reference §3.7), not Airflow's ``skip_all_except``:
+
+- every *direct child* of the router (a step that lists it in ``depends_on``) other than the chosen
+  target is skipped — including a join that also depends on the chosen target, which Airflow's
+  ``skip_all_except`` would protect because it is reachable from the chosen branch;
+- the transitive closure below them is skipped by the trigger rules (``all_success`` and, under
+  ``on_step_failure: continue``, ``none_skipped`` both skip a task whose upstream was skipped);
+- a step that depends on the router only through an implicit read edge (it reads
+  ``steps.<router>.output`` or the router's ``output`` key without ``depends_on``) is not a child
+  upstream, so it is never skipped by the router: it runs and can read the choice;
+- a target that is not a child of the router runs when its own dependencies are met, as upstream
+  (``agentloom validate`` warns about it).
+
+Output and metadata are pushed before the skip: in Airflow 3's task SDK skipping raises
+``DownstreamTasksSkipped`` from inside ``execute``, so the SDK never pushes the return value of a
+task that skips; the router pushes ``return_value`` itself. The skip goes through
+:meth:`SkipMixin.skip`, which also records the skipped ids (XCom ``skipmixin_key``), so a skipped
+task that is cleared and re-run later stays skipped (Airflow's ``NotPreviouslySkippedDep``).
+
+A router that matches nothing and has no default fails at once (``NoRouteError`` is not retryable:
+the same state always gives the same answer), a deliberate deviation from upstream, which retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk.bases.skipmixin import SkipMixin
+
+from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome, StepRun
+from airflow_provider_agentloom.workflow.models import RouterStep
+from airflow_provider_agentloom.workflow.routing import RouteDecision, choose_route, describe_values
+from airflow_provider_agentloom.workflow.state import STEPS_KEY
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.sdk.definitions._internal.node import DAGNode
+
+
+class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
+    """Evaluate a router's conditions against the state and skip every child it did not choose."""
+
+    ui_color = "#ede7f6"
+    step_type: ClassVar[str] = "router"
+    # Serialised as ``_can_skip_downstream``: the scheduler then honours the skips we record when a
+    # skipped task is cleared (as for Airflow's own branch operators).
+    inherits_from_skipmixin = True
+
+    def execute(self, context: Context) -> Any:
+        run = StepRun(self, context)
+        with run.guard():
+            run.check_budget()
+            state = run.read_state()
+            decision = self.choose(state)
+            not_chosen = self.children_not_chosen(decision.target)
+            outcome = StepOutcome(output=decision.target, extra=_decision_meta(decision, not_chosen))
+            output = run.succeed(outcome)
+        tasks = self._tasks_of(context, not_chosen)
+        if not tasks:
+            return output
+        ti = context["ti"]
+        # skip() raises DownstreamTasksSkipped: the SDK will not push what execute would return.
+        ti.xcom_push(key="return_value", value=output)
+        self.log.info("Router %s skips %s (not chosen)", self.step.id, ", ".join(not_chosen))
+        self.skip(ti, tasks)
+        return output
+
+    def choose(self, state: Mapping[str, Any]) -> RouteDecision:
+        """Evaluate the conditions in order on ``state`` (its ``steps`` entries too), logging each value."""
+        steps = state.get(STEPS_KEY)
+        decision = choose_route(self.step, state, steps if isinstance(steps, Mapping) else {})
+        mask = self.secrets.mask_text
+        for index, (text, value) in enumerate(decision.values):
+            self.log.info(
+                "Router %s: conditions[%d] %s", self.step.id, index, mask(describe_values([(text, value)]))
+            )
+        how = "the default" if decision.used_default else f"conditions[{decision.matched_index}]"
+        self.log.info("Router %s chose %s (%s)", self.step.id, decision.target, how)
+        return decision
+
+    def children_not_chosen(self, target: str) -> list[str]:
+        """The router's direct ``depends_on`` children other than ``target``, in upstream order."""
+        graph = self.run_context.graph
+        me = self.step.id
+        return [sid for sid in graph.order if sid != target and me in graph.explicit_parents.get(sid, ())]
+
+    def _tasks_of(self, context: Context, step_ids: list[str]) -> list[DAGNode]:
+        """The tasks to skip for ``step_ids``: each step's task, or the root tasks of its task group."""
+        dag = context["ti"].task.dag
+        tasks: list[DAGNode] = []
+        for step_id in step_ids:
+            task_id = self.run_context.task_id(step_id)
+            if task_id in dag.task_dict:
+                tasks.append(dag.task_dict[task_id])
+            elif task_id in dag.task_group_dict:
+                tasks.extend(dag.task_group_dict[task_id].roots)
+        return tasks
+
+
+def _decision_meta(decision: RouteDecision, not_chosen: list[str]) -> dict[str, Any]:
+    """What the step metadata (``extra``) keeps of a router's choice."""
+    return {
+        "target": decision.target,
+        "matched_condition": decision.matched_index,
+        "used_default": decision.used_default,
+        "conditions": describe_values(decision.values),
+        "skipped_children": not_chosen,
+    }
