@@ -145,3 +145,107 @@ def test_timeout_without_on_timeout_fails_the_gate(tmp_path: Path) -> None:
     assert result.status == "failed"
     assert "got no answer within 1s and has no on_timeout" in (result.step_results["approve"].error or "")
     assert run["states"]["finalise"][0] == "upstream_failed"
+
+
+NOTIFIED = """
+name: {name}
+config:
+  sandbox: {{allow_internal_webhook_targets: {allow}}}
+state:
+  topic: budget
+  api_token: "s3cr3t-token-value-123"
+state_schema:
+  api_token: {{redact: true}}
+steps:
+  - id: draft
+    type: tool
+    tool_name: echo_args
+    tool_args: {{text: "draft about {{state.topic}}"}}
+    output: draft_text
+  - id: approve
+    type: approval_gate
+    depends_on: [draft]
+    notify: {{url: "{url}/hook"}}
+    output: decision
+  - id: second
+    type: approval_gate
+    depends_on: [approve]
+    notify:
+      url: "{url}/templated"
+      headers: {{X-Team: ops}}
+      body_template: '{{{{"gate": "{{step_id}}", "run": "{{run_id}}", "was": "{{state.decision}}", "t": "{{state.api_token}}"}}}}'
+    output: second_decision
+"""
+
+
+class _Hook:
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        received: list[tuple[str, dict[str, str], bytes]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.received = received
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hook() -> Any:
+    server = _Hook()
+    yield server
+    server.close()
+
+
+def test_webhook_sent_when_the_gate_waits(hook: _Hook, tmp_path: Path) -> None:
+    import json
+
+    text = NOTIFIED.format(name="gate_webhook", allow="true", url=hook.url)
+    run = _run(parse_workflow_text(text), tmp_path, {"approve": True, "second": False})
+    assert str(run["dag_run"].state) == "success"
+    by_path = {path: (headers, body) for path, headers, body in hook.received}
+    headers, body = by_path["/hook"]
+    assert json.loads(body) == {
+        "run_id": run["dag_run"].run_id,
+        "step_id": "approve",
+        "workflow_name": "gate_webhook",
+        "status": "awaiting_approval",
+    }
+    headers, body = by_path["/templated"]
+    sent = json.loads(body)
+    assert sent["gate"] == "second"
+    assert sent["run"] == run["dag_run"].run_id
+    assert sent["was"] == "approved"
+    assert sent["t"].startswith("<REDACTED")  # the redacted key is masked
+    assert headers["x-team"] == "ops"
+    assert xcom(run["dag_run"], "approve", key="webhook")["delivered"] is True
+    assert xcom(run["dag_run"], "second") == "rejected"
+
+
+def test_webhook_to_an_internal_address_is_refused_and_the_gate_still_waits(
+    hook: _Hook, tmp_path: Path
+) -> None:
+    text = NOTIFIED.format(name="gate_webhook_refused", allow="false", url=hook.url)
+    run = _run(parse_workflow_text(text), tmp_path, {"approve": True, "second": True})
+    assert hook.received == []
+    webhook = xcom(run["dag_run"], "approve", key="webhook")
+    assert webhook["delivered"] is False
+    assert webhook["status"] == "sandbox_blocked"
+    assert xcom(run["dag_run"], "approve") == "approved"
+    assert str(run["dag_run"].state) == "success"

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.standard.exceptions import HITLTimeoutError
 from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
+from airflow.sdk.exceptions import TaskAwaitingInput
 
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome, StepRun
@@ -85,10 +86,9 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
             state = run.read_state()
             self.body = run.secrets.mask_text(self.request_body(context))
         try:
-            return HITLOperator.execute(self, context)  # raises TaskAwaitingInput
-        except Exception as exc:
-            if type(exc).__name__ == "TaskAwaitingInput":
-                self.notify(context, state, run)
+            return HITLOperator.execute(self, context)
+        except TaskAwaitingInput:  # the request is written: tell the webhook, then wait
+            self.notify(context, state, run)
             raise
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -158,10 +158,61 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         return found
 
     def notify(self, context: Context, state: dict[str, Any], run: StepRun[ApprovalGateStep]) -> None:
-        """Send the step's ``notify`` webhook (never fails the step)."""
-        if self.step.notify is None:
+        """Send the step's ``notify`` webhook now that the request exists; never fails the step.
+
+        The body is ``body_template`` rendered against the state plus ``run_id``, ``step_id`` and
+        ``workflow_name`` (secrets masked), or upstream's default body with ``url``, the Required
+        Actions page, when ``[api] base_url`` is set. It goes through ``tools.net.send_webhook``
+        under the workflow's sandbox (3 attempts, at most 5 s); the outcome is logged and kept in
+        the XCom ``webhook``.
+        """
+        config = self.step.notify
+        if config is None:
             return
-        self.log.warning("Step %s: the notify webhook is not sent by this version", self.step.id)
+        try:
+            from airflow_provider_agentloom.tools.net import default_webhook_body, send_webhook
+
+            workflow_name = self.run_context.workflow.name
+            run_id = str(context["run_id"])
+            body: dict[str, Any] | str
+            if config.body_template:
+                from airflow_provider_agentloom.workflow.templates import render_template
+
+                names = {**state, "run_id": run_id, "step_id": self.step.id, "workflow_name": workflow_name}
+                body = run.secrets.mask_text(render_template(config.body_template, names, self.warn_missing))
+            else:
+                body = default_webhook_body(
+                    run_id=run_id,
+                    step_id=self.step.id,
+                    workflow_name=workflow_name,
+                    ui_url=self._ui_link(context),
+                )
+            result = send_webhook(
+                config, body, sandbox=self.run_context.workflow.config.sandbox, mask=run.secrets.mask
+            )
+        except Exception as exc:  # a webhook never fails the gate
+            self.log.warning(
+                "Step %s: the notify webhook was not sent: %s", self.step.id, run.secrets.mask_text(str(exc))
+            )
+            return
+        if result.delivered:
+            self.log.info("Step %s: webhook delivered to %s", self.step.id, result.url)
+        else:
+            self.log.warning(
+                "Step %s: webhook to %s not delivered: %s", self.step.id, result.url, result.error
+            )
+        context["ti"].xcom_push(key="webhook", value=result.as_dict())
+
+    def _ui_link(self, context: Context) -> str | None:
+        """The gate's Required Actions page, when ``[api] base_url`` is set."""
+        from airflow.configuration import conf
+
+        if not conf.get("api", "base_url", fallback=None):
+            return None
+        try:
+            return str(self.generate_link_to_ui(task_instance=context["task_instance"]))
+        except ValueError:
+            return None
 
 
 def gate_subject(step: ApprovalGateStep, workflow_name: str) -> str:
