@@ -58,9 +58,11 @@ class Expect:
     missing_files: tuple[str, ...] = ()
     needs_dirs: tuple[str, ...] = ()
     route: tuple[str, str] | None = None  # a router that ran and the target it chose
-    tools: str | None = (
-        None  # ``--tools`` spec: a module of tests/data/corpus_tools, copied to the run's folder
-    )
+    # ``--tools`` spec: a module of tests/data/corpus_tools, copied to the run's folder
+    tools: str | None = None
+    args: tuple[str, ...] = ()  # more ``agentloom run`` arguments (an approval's answer)
+    paused_at: str | None = None  # a paused run: the approval gate it waits at
+    not_run: tuple[str, ...] = ()  # a paused run: the steps after the gate, which have no result yet
 
 
 def _routed(why: str, router: str, target: str, skipped: tuple[str, ...]) -> Expect:
@@ -201,6 +203,20 @@ CASES: dict[str, Expect] = {
     ),
     "27": Expect("success", "array index in a template"),
     "28": Expect("success", "two chained llm_calls"),
+    # A gate with no answer pauses the run (exit 0), as upstream's CLI does; an answer given in
+    # advance (--approve/--reject) lets it finish, and a rejection is data: the next step runs.
+    "29": Expect(
+        "paused",
+        "an approval gate between two llm_calls, no answer given: paused at the gate",
+        paused_at="approve",
+        not_run=("finalise",),
+    ),
+    "30": Expect(
+        "success",
+        "an approval gate answered --reject in advance; its notify webhook to localhost is refused "
+        "(internal address, allow_internal_webhook_targets unset) and never fails the gate",
+        args=("--reject", "approve"),
+    ),
     "31": Expect("success", "two chained llm_calls (the --record target)"),
     "32": Expect(
         "failed",
@@ -231,6 +247,7 @@ class ExampleRun:
     work: Path
     home: Path
     seconds: float
+    example_id: str = ""
 
     @property
     def document(self) -> dict[str, Any]:
@@ -264,10 +281,12 @@ def run_example(examples_dir: Path, example_id: str, tmp_path: Path, home: Path,
     if tools:
         shutil.copy2(CORPUS_TOOLS / f"{tools.partition(':')[0]}.py", work)
         extra = ("--tools", tools, *extra)
+    if example_id in CASES:
+        extra = (*CASES[example_id].args, *extra)
     env = cli_env(home)
     started = time.monotonic()
     proc = run_cli("run", source.name, "--provider", "mock", "--json", *extra, cwd=work, env=env)
-    return ExampleRun(proc, workflow, work, home, time.monotonic() - started)
+    return ExampleRun(proc, workflow, work, home, time.monotonic() - started, example_id)
 
 
 class TableRuns:
@@ -328,7 +347,7 @@ def test_the_table_covers_every_llm_call_tool_and_router_only_example(examples_d
     only_llm_and_tools = set()
     for path in examples_dir.glob("*.yaml"):
         steps = yaml.safe_load(path.read_text(encoding="utf-8"))["steps"]
-        if {step["type"] for step in steps} <= {"llm_call", "tool", "router"}:
+        if {step["type"] for step in steps} <= {"llm_call", "tool", "router", "approval_gate"}:
             only_llm_and_tools.add(path.name.split("_", 1)[0])
     assert only_llm_and_tools == set(CASES) | set(EXCLUDED)
     assert not set(CASES) & set(EXCLUDED)
@@ -349,8 +368,15 @@ def test_example_runs_on_the_mock_provider(
     document = run.document
     steps = document["step_results"]
     assert document["status"] == expect.status, (expect.why, document["error"], run.proc.stderr[-3000:])
-    assert set(steps) == {step["id"] for step in run.workflow["steps"]}
+    assert set(steps) == {step["id"] for step in run.workflow["steps"]} - set(expect.not_run)
     check_progress_order(run)
+    if expect.status == "paused":
+        assert run.proc.returncode == 0
+        assert steps[expect.paused_at]["status"] == "paused"
+        assert document["error"] == f"Pause requested at step {expect.paused_at!r}"
+        assert f"agentloom resume {document['run_id']} --approve {expect.paused_at}" in run.proc.stderr
+        assert all(r["status"] == "success" for sid, r in steps.items() if sid != expect.paused_at)
+        return
     if expect.status == "success":
         assert run.proc.returncode == 0
         check_success(run, expect)
@@ -372,10 +398,14 @@ def test_example_runs_on_the_mock_provider(
 
 def check_progress_order(run: ExampleRun) -> None:
     """The progress lines (stderr) name every step once, never a step before one it depends on."""
-    names = {step["id"] for step in run.workflow["steps"]}
+    names = {step["id"] for step in run.workflow["steps"]} - set(
+        CASES[run.example_id].not_run if run.example_id in CASES else ()
+    )
     order = PROGRESS_LINE.findall(run.proc.stderr)
     assert sorted(order) == sorted(names), run.proc.stderr[-3000:]
     for step in run.workflow["steps"]:
+        if step["id"] not in names:
+            continue
         for parent in step.get("depends_on") or []:
             assert order.index(parent) < order.index(step["id"]), (parent, step["id"], order)
 
@@ -399,6 +429,9 @@ def check_success(run: ExampleRun, expect: Expect) -> None:
         assert result["attempts"] == 1
         if step.get("output"):
             assert document["final_state"][step["output"]] == result["output"]
+        if step["type"] == "approval_gate":
+            answer = "rejected" if "--reject" in expect.args else "approved"
+            assert result["output"] == answer
         if step["type"] == "llm_call" and not has_fixture:
             assert result["output"] == MOCK_DEFAULT_REPLY
             assert result["provider"] == "mock"

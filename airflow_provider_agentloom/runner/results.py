@@ -61,8 +61,12 @@ class RunResultCollector:
         for ti in tis:
             self._reported[ti.task_id] = (str(ti.state), int(ti.try_number or 0))
 
-    def report(self, session: Any, tis: list[Any]) -> None:
-        """Call the progress callback for every step that ended or retried since the last call."""
+    def report(self, session: Any, tis: list[Any], *, at_end: bool = False) -> None:
+        """Call the progress callback for every step that ended or retried since the last call.
+
+        A gate waiting for an answer is reported only ``at_end`` (the run pauses there): a gate
+        the run answers itself (``--approve``, the prompt) prints one line, when it is answered.
+        """
         if self.on_progress is None:
             return
         from airflow.utils.state import TaskInstanceState
@@ -72,8 +76,9 @@ class RunResultCollector:
             TaskInstanceState.FAILED,
             TaskInstanceState.SKIPPED,
             TaskInstanceState.UPSTREAM_FAILED,
-            TaskInstanceState.AWAITING_INPUT,
         }
+        if at_end:
+            final.add(TaskInstanceState.AWAITING_INPUT)
         ended: list[tuple[Any, str, str]] = []
         unfinished = {ti.task_id for ti in tis if ti.state not in final}
         parents = self.ctx.graph.parents
@@ -107,7 +112,7 @@ class RunResultCollector:
 
         session.expire_all()
         tis = {ti.task_id: ti for ti in dag_run.get_task_instances(session=session)}
-        self.report(session, list(tis.values()))
+        self.report(session, list(tis.values()), at_end=True)
         graph = self.ctx.graph
         results: dict[str, StepResult] = {}
         failures: dict[str, str] = {}
