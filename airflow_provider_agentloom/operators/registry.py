@@ -4,36 +4,79 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_agentloom.exceptions import WorkflowValidationError
+from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
+from airflow_provider_agentloom.operators.context import RESERVED_CHILD_IDS, safe_id
 from airflow_provider_agentloom.operators.llm import AgentOperator, LLMCallOperator
+from airflow_provider_agentloom.operators.subworkflow import SubworkflowOperator
 from airflow_provider_agentloom.operators.tool import ToolStepOperator
-from airflow_provider_agentloom.workflow.models import StepModel, StepType, Workflow
+from airflow_provider_agentloom.workflow.models import StepModel, StepType, SubworkflowStep, Workflow
 from airflow_provider_agentloom.workflow.parser import issue_in
 
 OPERATORS: dict[StepType, type[AgentLoomStepOperator[Any]]] = {
     StepType.TOOL: ToolStepOperator,
     StepType.LLM_CALL: LLMCallOperator,
     StepType.AGENT: AgentOperator,
+    StepType.SUBWORKFLOW: SubworkflowOperator,
 }
-"""The operator class of each step type that can run."""
+"""The operator class of each step type that can run (a subworkflow's is the task of its result)."""
+
+Loc = tuple[str | int, ...]
 
 
 def check_supported(workflow: Workflow) -> None:
-    """Refuse, with file, line and key, every step whose type has no operator yet (``validate`` too)."""
-    issues = [
-        issue_in(
-            workflow,
-            ("steps", index, "type"),
-            f"step {step.id!r}: step type {str(step.type)!r} is not supported yet: this version of the "
-            f"provider has no Airflow operator for it, so the workflow cannot run (supported step "
-            f"types: {', '.join(OPERATORS)})",
-        )
-        for index, step in enumerate(workflow.steps)
-        if StepType(step.type) not in OPERATORS
-    ]
+    """Refuse, with file, line and key, every step whose type has no operator yet (``validate`` too).
+
+    Subworkflow children are checked too, recursively, at their own file and line (an inline
+    child at its place in the file that holds it), and so are the task ids a child's steps get
+    in their TaskGroup.
+    """
+    issues = _issues(workflow, workflow, ())
     if issues:
         raise WorkflowValidationError(issues)
+
+
+def _issues(workflow: Workflow, owner: Workflow, prefix: Loc) -> list[ValidationIssue]:
+    """``workflow``'s issues; ``owner`` is the workflow read from a file that holds it at ``prefix``."""
+    issues = []
+    for index, step in enumerate(workflow.steps):
+        loc = (*prefix, "steps", index)
+        if StepType(step.type) not in OPERATORS:
+            issues.append(
+                issue_in(
+                    owner,
+                    (*loc, "type"),
+                    f"step {step.id!r}: step type {str(step.type)!r} is not supported yet: this version of "
+                    f"the provider has no Airflow operator for it, so the workflow cannot run (supported "
+                    f"step types: {', '.join(OPERATORS)})",
+                )
+            )
+        if isinstance(step, SubworkflowStep):
+            child = step.child
+            if child.source_path is not None:
+                issues += _child_issues(child, child, ())
+            else:
+                issues += _child_issues(child, owner, (*loc, "workflow_inline"))
+    return issues
+
+
+def _child_issues(child: Workflow, owner: Workflow, prefix: Loc) -> list[ValidationIssue]:
+    from airflow_provider_agentloom.dag_checks import task_id_issues
+
+    issues = _issues(child, owner, prefix)
+    for index, step in enumerate(child.steps):
+        if safe_id(step.id) in RESERVED_CHILD_IDS:
+            issues.append(
+                issue_in(
+                    owner,
+                    (*prefix, "steps", index, "id"),
+                    f"step id {step.id!r} is reserved in a subworkflow: its TaskGroup's "
+                    f"{' and '.join(RESERVED_CHILD_IDS)} tasks open and close it; rename the step",
+                )
+            )
+    if child.source_path is not None:
+        issues += task_id_issues(child)
+    return issues
 
 
 def operator_for(step: StepModel) -> type[AgentLoomStepOperator[Any]]:
