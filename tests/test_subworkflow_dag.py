@@ -1,38 +1,51 @@
-"""Subworkflows through ``dag.test()``: TaskGroups, state rules, nesting, failures, sandbox and budget."""
+"""Subworkflows through ``dag.test()``: TaskGroups, state rules, nesting, failures, sandbox and budget.
+
+A few module-scoped runs, each asserted many ways; child workflows are YAML files under tmp_path,
+named relative to the file that names them, parsed from another working directory.
+"""
 
 from __future__ import annotations
 
+import json
 import textwrap
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from airflow_support import run_dag_test, task_states
+import pytest
+from airflow_support import run_dag_test, task_states, xcom
 
 from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.exceptions import WorkflowValidationError
+from airflow_provider_agentloom.llm.gateway import ProviderGateway
+from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.runner.results import RunResultCollector
 from airflow_provider_agentloom.tools import tool
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
 
 @tool
-def join(*, parts: list[Any]) -> str:
+def join(parts: list[Any]) -> str:
     """Join the parts with '+'."""
     return "+".join(str(part) for part in parts)
 
 
 @tool
-def echo(*, value: Any) -> Any:
+def echo(value: Any) -> Any:
     """Return the value."""
     return value
 
 
 @tool
-def explode(*, why: str) -> str:
+def explode(why: str) -> str:
     """Always fail."""
     raise RuntimeError(f"exploded: {why}")
 
 
 TOOLS = [join, echo, explode]
+NO_RETRY = "retry: {max_retries: 0}"
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -42,13 +55,254 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
-def run(path: Path, workdir: Path, conf: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
-    workflow = load_workflow(path)
-    dag = build_dag(workflow, tools=TOOLS, working_dir=str(workdir), discover_tools=False, **options)
-    dag_run = run_dag_test(dag, conf=conf)
+def run(
+    path: Path, workdir: Path, elsewhere: Path, conf: dict[str, Any] | None = None, **options: Any
+) -> dict[str, Any]:
+    """Parse ``path`` from another working directory, build its DAG, run it, collect its result."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(elsewhere)  # workflow_path resolves from the YAML file, not from here
+        workflow = load_workflow(path)
+        dag = build_dag(workflow, tools=TOOLS, working_dir=str(workdir), discover_tools=False, **options)
+        dag_run = run_dag_test(dag, conf=conf)
     run_context = next(iter(dag.task_dict.values())).run_context.root
     from airflow.utils.session import create_session
 
     with create_session() as session:
         result = RunResultCollector(run_context, conf).collect(session, dag_run)
     return {"dag": dag, "dag_run": dag_run, "states": task_states(dag_run), "result": result}
+
+
+def states_of(outcome: dict[str, Any]) -> dict[str, str]:
+    return {task_id: state for task_id, (state, _) in outcome["states"].items()}
+
+
+# -- shared and isolated state, templated input, return_keys, two levels of nesting ---------------
+
+SHAPES = """
+name: shapes
+state: {greeting: hi, secret_note: kept}
+steps:
+  - {id: first, type: tool, tool_name: echo, tool_args: {value: one}, output: first}
+  - id: shared
+    type: subworkflow
+    workflow_path: kids/shared.yaml
+    depends_on: [first]
+    output: shared_out
+  - id: iso
+    type: subworkflow
+    isolated_state: true
+    input: {who: "{state.greeting}-there", whole: state.first, literal: "state.first is {state.first}"}
+    return_keys: [result, who, not_written]
+    depends_on: [first]
+    output: iso_out
+    workflow_inline:
+      name: inline-child
+      state: {who: nobody, extra: from-child}
+      steps:
+        - id: r
+          type: tool
+          tool_name: join
+          tool_args: {parts: ["state.who", "state.extra", "state.whole", "{state.literal}"]}
+          output: result
+        - {id: sees, type: tool, tool_name: echo, tool_args: {value: "{state.greeting}|{state.first}"}, output: seen}
+  - id: outer
+    type: subworkflow
+    workflow_path: kids/outer.yaml
+    output: nested_out
+  - id: after
+    type: tool
+    tool_name: echo
+    depends_on: [shared, iso, outer]
+    tool_args:
+      value:
+        echoed: state.shared_out.echoed
+        iso: state.iso_out
+        inner: state.nested_out.o2
+        status: "{state.steps.shared.status}"
+    output: after
+"""
+
+SHARED_CHILD = """
+name: shared-child
+state: {ignored: "never seen: a shared child starts from the parent's state"}
+steps:
+  - {id: a, type: tool, tool_name: join, tool_args: {parts: ["state.greeting", "state.first"]}, output: joined}
+  - {id: b, type: tool, tool_name: echo, tool_args: {value: "state.joined"}, depends_on: [a], output: echoed}
+  - {id: first, type: tool, tool_name: echo, tool_args: {value: child-first}, output: child_first}
+"""
+
+OUTER_CHILD = """
+name: outer-child
+steps:
+  - {id: o1, type: tool, tool_name: echo, tool_args: {value: o1}, output: o1}
+  - id: nest
+    type: subworkflow
+    workflow_path: inner/inner.yaml
+    depends_on: [o1]
+    isolated_state: true
+    input: {seed: "{state.o1}/{state.greeting}"}
+    output: nested
+  - {id: o2, type: tool, tool_name: echo, tool_args: {value: "state.nested.i1"}, depends_on: [nest], output: o2}
+"""
+
+INNER_CHILD = """
+name: inner-child
+state: {own: inner-own}
+steps:
+  - {id: i1, type: tool, tool_name: join, tool_args: {parts: ["state.seed", "state.own"]}, output: i1}
+"""
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("shapes")
+    folder, workdir, elsewhere = root / "wf", root / "work", root / "elsewhere"
+    workdir.mkdir()
+    elsewhere.mkdir()
+    write(folder, "kids/shared.yaml", SHARED_CHILD)
+    write(folder, "kids/outer.yaml", OUTER_CHILD)
+    write(folder, "kids/inner/inner.yaml", INNER_CHILD)
+    # A decoy where the current directory would find the child: it must never be read.
+    write(elsewhere, "kids/shared.yaml", "name: decoy\nsteps: [{id: x, type: tool, tool_name: explode}]\n")
+    return run(write(folder, "shapes.yaml", SHAPES), workdir, elsewhere)
+
+
+def test_every_child_step_is_a_task_of_the_same_dag_run_in_a_task_group(shapes: dict[str, Any]) -> None:
+    assert str(shapes["dag_run"].state) == "success"
+    assert states_of(shapes) == {
+        task_id: "success"
+        for task_id in [
+            "first",
+            "shared.__start__",
+            "shared.a",
+            "shared.b",
+            "shared.first",
+            "shared.__end__",
+            "iso.__start__",
+            "iso.r",
+            "iso.sees",
+            "iso.__end__",
+            "outer.__start__",
+            "outer.o1",
+            "outer.nest.__start__",
+            "outer.nest.i1",
+            "outer.nest.__end__",
+            "outer.o2",
+            "outer.__end__",
+            "after",
+        ]
+    }
+    dag = shapes["dag"]
+    groups = dag.task_group.get_task_group_dict()
+    assert {"shared", "iso", "outer", "outer.nest"} <= set(groups)
+    assert set(groups["outer"].children) == {
+        "outer.__start__",
+        "outer.o1",
+        "outer.nest",
+        "outer.o2",
+        "outer.__end__",
+    }
+    assert dag.get_task("outer.nest.i1").task_group.group_id == "outer.nest"
+    # Edges: the parent's parents -> __start__ -> child roots; child leaves -> __end__ -> dependents.
+    # A shared child reads the whole state: implicit edges from every earlier-layer step, as any reader.
+    assert dag.get_task("shared.__start__").upstream_task_ids == {"first", "outer.__end__"}
+    assert dag.get_task("shared.a").upstream_task_ids == {"shared.__start__"}
+    assert dag.get_task("shared.first").upstream_task_ids == {"shared.__start__"}
+    assert dag.get_task("shared.__end__").upstream_task_ids == {
+        "shared.__start__",
+        "shared.a",
+        "shared.b",
+        "shared.first",
+    }
+    assert dag.get_task("after").upstream_task_ids == {"shared.__end__", "iso.__end__", "outer.__end__"}
+    assert dag.get_task("outer.nest.__start__").upstream_task_ids == {"outer.o1"}
+    assert dag.get_task("shared.__start__").is_setup
+    assert dag.get_task("shared.__end__").is_teardown
+
+
+def test_shared_child_starts_from_a_copy_of_the_parent_state(shapes: dict[str, Any]) -> None:
+    dag_run = shapes["dag_run"]
+    assert xcom(dag_run, "shared.a") == "hi+one"
+    out = xcom(dag_run, "shared.__end__")
+    assert out["greeting"] == "hi" and out["first"] == "one" and out["secret_note"] == "kept"
+    assert out["joined"] == "hi+one" and out["echoed"] == "hi+one"
+    assert "ignored" not in out  # the child's own state: is ignored when not isolated, as upstream
+    # A child step may share an id with a parent step: its own task and its own steps entry.
+    assert out["child_first"] == "child-first"
+    assert out["steps"]["a"] == {"output": "hi+one", "status": "success"}
+    assert out["steps"]["first"] == {"output": "child-first", "status": "success"}
+
+
+def test_isolated_child_starts_from_its_state_plus_templated_input(shapes: dict[str, Any]) -> None:
+    dag_run = shapes["dag_run"]
+    # input: templates render, a whole-value state.x passes the value (ours; upstream copies literally)
+    assert xcom(dag_run, "iso.r") == "hi-there+from-child+one+state.first is one"
+    # the parent's keys are not there: {state.greeting} renders empty, {state.first} too
+    assert xcom(dag_run, "iso.sees") == "|"
+    # return_keys: only those keys (a key the child never wrote is left out)
+    assert xcom(dag_run, "iso.__end__") == {
+        "result": "hi-there+from-child+one+state.first is one",
+        "who": "hi-there",
+    }
+
+
+def test_two_levels_of_nesting(shapes: dict[str, Any]) -> None:
+    dag_run = shapes["dag_run"]
+    assert xcom(dag_run, "outer.nest.i1") == "o1/hi+inner-own"
+    assert xcom(dag_run, "outer.nest.__end__")["i1"] == "o1/hi+inner-own"
+    assert xcom(dag_run, "outer.o2") == "o1/hi+inner-own"
+    outer = xcom(dag_run, "outer.__end__")
+    assert outer["nested"] == {
+        "own": "inner-own",
+        "seed": "o1/hi",
+        "i1": "o1/hi+inner-own",
+        "steps": outer["nested"]["steps"],
+    }
+    assert set(outer["steps"]) == {"o1", "nest", "o2"}  # layer 0: "first" had not run
+
+
+def test_parent_reads_the_subworkflow_output_and_child_writes_stay_inside(shapes: dict[str, Any]) -> None:
+    result = shapes["result"]
+    assert xcom(shapes["dag_run"], "after") == {
+        "echoed": "hi+one",
+        "iso": {"result": "hi-there+from-child+one+state.first is one", "who": "hi-there"},
+        "inner": "o1/hi+inner-own",
+        "status": "success",
+    }
+    state = result.final_state
+    for child_key in ("joined", "echoed", "child_first", "result", "o1", "nested", "i1"):
+        assert child_key not in state  # child writes never touch the parent's top-level keys
+    assert state["first"] == "one"  # the child's step "first" did not overwrite the parent's
+    assert state["iso_out"]["who"] == "hi-there"
+    assert set(state["steps"]) == {"first", "shared", "iso", "outer", "after"}
+
+
+def test_the_run_result_reports_child_steps_with_qualified_ids(shapes: dict[str, Any]) -> None:
+    result = shapes["result"]
+    assert result.status == "success" and result.error is None
+    assert list(result.step_results) == [
+        "first",
+        "outer.o1",
+        "outer.nest.i1",
+        "outer.nest",
+        "outer.o2",
+        "outer",
+        "iso.r",
+        "iso.sees",
+        "iso",
+        "shared.a",
+        "shared.first",
+        "shared.b",
+        "shared",
+        "after",
+    ]
+    assert all(r.status == "success" for r in result.step_results.values())
+    assert result.step_results["shared.b"].output == "hi+one"
+    assert result.step_results["shared"].output["echoed"] == "hi+one"
+    meta = xcom(shapes["dag_run"], "shared.__end__", key="agentloom")
+    assert meta["step_type"] == "subworkflow" and meta["status"] == "success"
+    assert meta["extra"]["child_steps"] == {
+        "shared.a": "success",
+        "shared.first": "success",
+        "shared.b": "success",
+    }
