@@ -6,11 +6,7 @@ named relative to the file that names them, parsed from another working director
 
 from __future__ import annotations
 
-import json
 import textwrap
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +14,6 @@ import pytest
 from airflow_support import run_dag_test, task_states, xcom
 
 from airflow_provider_agentloom.dag_factory import build_dag
-from airflow_provider_agentloom.exceptions import WorkflowValidationError
-from airflow_provider_agentloom.llm.gateway import ProviderGateway
-from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.runner.results import RunResultCollector
 from airflow_provider_agentloom.tools import tool
 from airflow_provider_agentloom.workflow.parser import load_workflow
@@ -224,8 +217,8 @@ def test_shared_child_starts_from_a_copy_of_the_parent_state(shapes: dict[str, A
     dag_run = shapes["dag_run"]
     assert xcom(dag_run, "shared.a") == "hi+one"
     out = xcom(dag_run, "shared.__end__")
-    assert out["greeting"] == "hi" and out["first"] == "one" and out["secret_note"] == "kept"
-    assert out["joined"] == "hi+one" and out["echoed"] == "hi+one"
+    assert (out["greeting"], out["first"], out["secret_note"]) == ("hi", "one", "kept")
+    assert (out["joined"], out["echoed"]) == ("hi+one", "hi+one")
     assert "ignored" not in out  # the child's own state: is ignored when not isolated, as upstream
     # A child step may share an id with a parent step: its own task and its own steps entry.
     assert out["child_first"] == "child-first"
@@ -279,7 +272,7 @@ def test_parent_reads_the_subworkflow_output_and_child_writes_stay_inside(shapes
 
 def test_the_run_result_reports_child_steps_with_qualified_ids(shapes: dict[str, Any]) -> None:
     result = shapes["result"]
-    assert result.status == "success" and result.error is None
+    assert (result.status, result.error) == ("success", None)
     assert list(result.step_results) == [
         "first",
         "outer.o1",
@@ -300,9 +293,130 @@ def test_the_run_result_reports_child_steps_with_qualified_ids(shapes: dict[str,
     assert result.step_results["shared.b"].output == "hi+one"
     assert result.step_results["shared"].output["echoed"] == "hi+one"
     meta = xcom(shapes["dag_run"], "shared.__end__", key="agentloom")
-    assert meta["step_type"] == "subworkflow" and meta["status"] == "success"
+    assert (meta["step_type"], meta["status"]) == ("subworkflow", "success")
     assert meta["extra"]["child_steps"] == {
         "shared.a": "success",
         "shared.first": "success",
         "shared.b": "success",
     }
+
+
+# -- a failing child step under both failure policies, a bad input -----------------------------------
+
+FAILURES = """
+name: failures
+steps:
+  - {id: indep, type: tool, tool_name: echo, tool_args: {value: fine}, output: indep}
+  - {id: sub_skip, type: subworkflow, workflow_path: skip.yaml, output: skip_out}
+  - {id: after_skip, type: tool, tool_name: echo, tool_args: {value: never}, depends_on: [sub_skip]}
+  - {id: sub_cont, type: subworkflow, workflow_path: cont.yaml, output: cont_out}
+  - {id: after_cont, type: tool, tool_name: echo, tool_args: {value: never}, depends_on: [sub_cont]}
+  - id: bad_input
+    type: subworkflow
+    isolated_state: true
+    input: {value: state.not_there}
+    workflow_inline:
+      name: never-started
+      steps: [{id: x, type: tool, tool_name: echo, tool_args: {value: x}}]
+"""
+
+SKIP_CHILD = f"""
+name: skip-child
+steps:
+  - {{id: boom, type: tool, tool_name: explode, tool_args: {{why: skip}}, {NO_RETRY}, output: boom}}
+  - {{id: below, type: tool, tool_name: echo, tool_args: {{value: below}}, depends_on: [boom]}}
+  - {{id: beside, type: tool, tool_name: echo, tool_args: {{value: beside}}, output: beside}}
+"""
+
+CONT_CHILD = f"""
+name: cont-child
+config: {{on_step_failure: continue}}
+steps:
+  - {{id: boom, type: tool, tool_name: explode, tool_args: {{why: continue}}, {NO_RETRY}}}
+  - id: below
+    type: tool
+    tool_name: echo
+    depends_on: [boom]
+    tool_args: {{value: "boom was {{state.steps.boom.status}}"}}
+    output: below
+"""
+
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("failures")
+    write(root, "skip.yaml", SKIP_CHILD)
+    write(root, "cont.yaml", CONT_CHILD)
+    (root / "work").mkdir()
+    return run(write(root, "failures.yaml", FAILURES), root / "work", root)
+
+
+def test_child_skip_downstream_skips_below_the_failure_and_fails_the_subworkflow(
+    failures: dict[str, Any],
+) -> None:
+    states = states_of(failures)
+    assert states["sub_skip.__start__"] == "success"
+    assert states["sub_skip.boom"] == "failed"
+    assert failures["states"]["sub_skip.boom"][1] == 1  # retry: {max_retries: 0}
+    assert states["sub_skip.below"] == "upstream_failed"
+    assert states["sub_skip.beside"] == "success"  # an independent child branch runs
+    assert states["sub_skip.__end__"] == "failed"  # ran (all done), and failed with the child's error
+    assert states["after_skip"] == "upstream_failed"  # the parent's policy: skip_downstream
+    assert states["indep"] == "success"
+    meta = xcom(failures["dag_run"], "sub_skip.__end__", key="agentloom")
+    assert meta["status"] == "failed"
+    assert meta["error"] == xcom(failures["dag_run"], "sub_skip.boom", key="agentloom")["error"]
+    assert "exploded: skip" in meta["error"]
+    assert meta["extra"]["child_steps"] == {
+        "sub_skip.beside": "success",
+        "sub_skip.boom": "failed",
+        "sub_skip.below": "skipped",
+    }
+    assert xcom(failures["dag_run"], "sub_skip.__end__") is None  # a failed step has no output
+
+
+def test_child_continue_runs_dependents_that_see_the_failure(failures: dict[str, Any]) -> None:
+    states = states_of(failures)
+    assert states["sub_cont.boom"] == "failed"
+    assert states["sub_cont.below"] == "success"  # the child's own policy: continue
+    assert xcom(failures["dag_run"], "sub_cont.below") == "boom was failed"
+    assert states["sub_cont.__end__"] == "failed"  # not every child step succeeded
+    assert states["after_cont"] == "upstream_failed"
+    assert "exploded: continue" in xcom(failures["dag_run"], "sub_cont.__end__", key="agentloom")["error"]
+
+
+def test_a_bad_input_fails_the_start_task_once(failures: dict[str, Any]) -> None:
+    states = states_of(failures)
+    assert states["bad_input.__start__"] == "failed"
+    assert failures["states"]["bad_input.__start__"][1] == 1
+    assert states["bad_input.x"] == "upstream_failed"
+    assert states["bad_input.__end__"] == "upstream_failed"
+    error = failures["result"].step_results["bad_input"].error
+    assert error == "argument 'state.not_there' names a key the state does not have"
+
+
+def test_the_run_fails_with_the_first_failed_steps_error(failures: dict[str, Any]) -> None:
+    result = failures["result"]
+    assert str(failures["dag_run"].state) == "failed"
+    assert result.status == "failed"
+    steps = result.step_results
+    assert result.error == steps["bad_input"].error  # upstream order: layer, then id
+    assert [sid for sid, r in steps.items() if r.status == "failed"] == [
+        "bad_input",
+        "sub_cont.boom",
+        "sub_cont",
+        "sub_skip.boom",
+        "sub_skip",
+    ]
+    assert steps["sub_cont"].status == "failed"
+    assert steps["sub_cont"].error == steps["sub_cont.boom"].error
+    assert steps["sub_skip"].status == "failed"
+    assert steps["sub_skip.below"].status == "skipped"
+    assert steps["sub_skip.below"].error == "skipped due to upstream failure: sub_skip.boom"
+    assert steps["after_skip"].error == "skipped due to upstream failure: sub_skip"
+    assert steps["bad_input"].status == "failed"
+    assert "bad_input.x" in steps
+    assert steps["bad_input.x"].status == "skipped"
+    assert result.final_state["steps"]["sub_skip"] == {"output": None, "status": "failed"}
+    assert result.final_state["indep"] == "fine"
+    assert "skip_out" not in result.final_state
