@@ -7,6 +7,9 @@ named relative to the file that names them, parsed from another working director
 from __future__ import annotations
 
 import textwrap
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,8 @@ import pytest
 from airflow_support import run_dag_test, task_states, xcom
 
 from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.llm.gateway import ProviderGateway
+from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.runner.results import RunResultCollector
 from airflow_provider_agentloom.tools import tool
 from airflow_provider_agentloom.workflow.parser import load_workflow
@@ -420,3 +425,224 @@ def test_the_run_fails_with_the_first_failed_steps_error(failures: dict[str, Any
     assert result.final_state["steps"]["sub_skip"] == {"output": None, "status": "failed"}
     assert result.final_state["indep"] == "fine"
     assert "skip_out" not in result.final_state
+
+
+# -- the spec page's sandbox table, every row through a real run ------------------------------------
+#
+# parent (disabled)
+# ├── row1: child disabled            -> its own block: built-in tools unlimited
+# ├── row3: child enabled             -> its own sandbox
+# │   ├── row2: grandchild disabled   -> the parent's (row3's)
+# │   ├── row4: grandchild enabled    -> what both allow
+# │   └── row4_domains: enabled, no domain in common -> no request at all
+# └── deny: enabled, no allowed_domains
+#     └── deny_child: lists 127.0.0.1 -> runs with deny_internal_hosts: its list can't open it
+
+
+def read(step_id: str, path: str) -> str:
+    return (
+        f"  - {{id: {step_id}, type: tool, tool_name: file_read, tool_args: {{path: {path}}}, {NO_RETRY}}}\n"
+    )
+
+
+def shell(step_id: str, command: str) -> str:
+    args = f'{{command: "{command}", cwd: both}}'
+    return f"  - {{id: {step_id}, type: tool, tool_name: shell_command, tool_args: {args}, {NO_RETRY}}}\n"
+
+
+def http(step_id: str) -> str:
+    return f"  - {{id: {step_id}, type: tool, tool_name: http_request, tool_args: {{url: state.url}}, {NO_RETRY}}}\n"
+
+
+def child(name: str, sandbox: str, body: str) -> str:
+    return f"name: {name}\nconfig:\n  on_step_failure: continue\n  sandbox: {sandbox}\nsteps:\n{body}"
+
+
+def sub(step_id: str, path: str) -> str:
+    return f"  - {{id: {step_id}, type: subworkflow, workflow_path: {path}}}\n"
+
+
+ROW3_SANDBOX = "{enabled: true, allowed_paths: [both, p_only], allowed_commands: [echo, ls], allowed_domains: ['127.0.0.1']}"
+ROW4_SANDBOX = (
+    "{enabled: true, allowed_paths: [both, c_only], allowed_commands: [echo, cat], "
+    "allowed_domains: ['127.0.0.1', localhost], max_write_bytes: 5}"
+)
+PICTURE = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+
+SANDBOX_FILES = {
+    "sandbox.yaml": (
+        "name: sandbox-table\nconfig: {on_step_failure: continue}\nstate: {url: ''}\nsteps:\n"
+        + sub("row1", "rows/row1.yaml")
+        + sub("row3", "rows/row3.yaml")
+        + sub("deny", "rows/deny.yaml")
+        + "  - id: after\n    type: tool\n    tool_name: echo\n    depends_on: [row1, row3, deny]\n"
+        + "    tool_args: {value: '{state.steps.row1.status} {state.steps.row3.status} {state.steps.deny.status}'}\n"
+    ),
+    "rows/row1.yaml": child(
+        "row1",
+        "{enabled: false}",
+        read("read_any", "other/f.txt") + shell("shell_any", "cat f.txt") + http("http_loopback"),
+    ),
+    "rows/row3.yaml": child(
+        "row3",
+        ROW3_SANDBOX,
+        read("read_own", "p_only/f.txt")
+        + read("read_not_listed", "c_only/f.txt")
+        + http("http_listed")
+        + sub("row2", "row2.yaml")
+        + sub("row4", "row4.yaml")
+        + sub("row4_domains", "row4_domains.yaml"),
+    ),
+    "rows/row2.yaml": child(
+        "row2",
+        "{enabled: false}",
+        read("read_parent_path", "p_only/f.txt")
+        + read("read_not_parent", "c_only/f.txt")
+        + shell("shell_parent_command", "echo row2")
+        + shell("shell_not_parent", "cat f.txt"),
+    ),
+    "rows/row4.yaml": child(
+        "row4",
+        ROW4_SANDBOX,
+        read("read_both", "both/f.txt")
+        + read("read_parent_only", "p_only/f.txt")
+        + read("read_child_only", "c_only/f.txt")
+        + shell("shell_both", "echo row4")
+        + shell("shell_parent_only", "ls")
+        + shell("shell_child_only", "cat f.txt")
+        + http("http_shared_domain")
+        + f"  - {{id: write_small, type: tool, tool_name: file_write, tool_args: {{path: both/out.txt, content: abc}}, {NO_RETRY}}}\n"
+        + f"  - {{id: write_big, type: tool, tool_name: file_write, tool_args: {{path: both/big.txt, content: '123456'}}, {NO_RETRY}}}\n"
+        + f"  - {{id: attach_both, type: llm_call, prompt: look, attachments: [{{source: both/pic.png}}], {NO_RETRY}}}\n"
+        + f"  - {{id: attach_parent_only, type: llm_call, prompt: look, attachments: [{{source: p_only/pic.png}}], {NO_RETRY}}}\n",
+    ),
+    "rows/row4_domains.yaml": child(
+        "row4-domains",
+        "{enabled: true, allowed_paths: [both], allowed_domains: [localhost]}",
+        http("http_no_common_domain"),
+    ),
+    "rows/deny.yaml": child(
+        "deny", "{enabled: true, allowed_paths: [both]}", sub("deny_child", "deny_child.yaml")
+    ),
+    "rows/deny_child.yaml": child(
+        "deny-child",
+        "{enabled: true, allowed_paths: [both], allowed_domains: ['127.0.0.1']}",
+        http("http_listed_internal"),
+    ),
+}
+
+
+class _Pong(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"pong"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@pytest.fixture(scope="module")
+def loopback() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Pong)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/ping"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def sandbox_run(tmp_path_factory: pytest.TempPathFactory, loopback: str) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("sandbox")
+    folder, workdir = root / "wf", root / "work"
+    for name, text in SANDBOX_FILES.items():
+        write(folder, name, text)
+    for place in ("both", "p_only", "c_only", "other"):
+        write(workdir, f"{place}/f.txt", place)
+        (workdir / place / "pic.png").write_bytes(PICTURE)
+    gateway = ProviderGateway()
+    gateway.register(MockProvider(responses={}), priority=0)
+    outcome = run(
+        folder / "sandbox.yaml",
+        workdir,
+        root,
+        conf={"url": loopback},
+        run_context_options={"provider_gateway": gateway},
+    )
+    outcome["workdir"] = workdir
+    return outcome
+
+
+ALLOWED = {
+    "row1.read_any": "other",
+    "row1.shell_any": None,
+    "row1.http_loopback": None,
+    "row3.read_own": "p_only",
+    "row3.http_listed": None,
+    "row3.row2.read_parent_path": "p_only",
+    "row3.row2.shell_parent_command": None,
+    "row3.row4.read_both": "both",
+    "row3.row4.shell_both": None,
+    "row3.row4.http_shared_domain": None,
+    "row3.row4.write_small": None,
+    "row3.row4.attach_both": None,
+}
+REFUSED = {
+    "row3.read_not_listed": "Sandbox violation (file_read)",
+    "row3.row2.read_not_parent": "Sandbox violation (file_read)",
+    "row3.row2.shell_not_parent": "Sandbox violation (shell_command)",
+    "row3.row4.read_parent_only": "Sandbox violation (file_read)",
+    "row3.row4.read_child_only": "Sandbox violation (file_read)",
+    "row3.row4.shell_parent_only": "Sandbox violation (shell_command)",
+    "row3.row4.shell_child_only": "Sandbox violation (shell_command)",
+    "row3.row4.write_big": "Sandbox violation (file_write)",
+    "row3.row4.attach_parent_only": "Sandbox violation (attachment)",
+    "row3.row4_domains.http_no_common_domain": "Sandbox violation (http_request)",
+    "deny.deny_child.http_listed_internal": "Sandbox violation (http_request)",
+}
+
+
+@pytest.mark.parametrize("task_id", sorted(ALLOWED))
+def test_what_the_combined_sandbox_allows_runs(sandbox_run: dict[str, Any], task_id: str) -> None:
+    assert states_of(sandbox_run)[task_id] == "success"
+    value = xcom(sandbox_run["dag_run"], task_id)
+    expected = ALLOWED[task_id]
+    if expected is not None:
+        assert value == expected
+    elif "write" in task_id:
+        assert value["written"] == 3
+    elif "attach" in task_id:
+        assert isinstance(value, str)  # the mock's reply: the attachment was read
+    elif "http" in task_id:
+        assert value["status_code"] == 200
+        assert value["body"] == "pong"
+    else:
+        assert value["returncode"] == 0
+        assert value["stdout"].strip() in ("both", "row2", "row4")
+
+
+@pytest.mark.parametrize("task_id", sorted(REFUSED))
+def test_what_the_combined_sandbox_refuses_fails(sandbox_run: dict[str, Any], task_id: str) -> None:
+    assert sandbox_run["states"][task_id] == ("failed", 1)
+    error = xcom(sandbox_run["dag_run"], task_id, key="agentloom")["error"]
+    assert REFUSED[task_id] in error
+
+
+def test_the_sandbox_table_runs_end_to_end(sandbox_run: dict[str, Any]) -> None:
+    workdir = sandbox_run["workdir"]
+    assert (workdir / "both" / "out.txt").read_text() == "abc"
+    assert not (workdir / "both" / "big.txt").exists()  # max_write_bytes: the smaller (5) applies
+    states = states_of(sandbox_run)
+    assert states["row1.__end__"] == "success"
+    for failed in ("row3.row2.__end__", "row3.row4.__end__", "row3.__end__", "deny.__end__"):
+        assert states[failed] == "failed"
+    # the parent's on_step_failure: continue runs the dependent, which sees each real status
+    assert states["after"] == "success"
+    assert xcom(sandbox_run["dag_run"], "after") == "success failed failed"
+    result = sandbox_run["result"]
+    assert result.status == "failed"
+    assert result.step_results["row3.row4.write_big"].status == "failed"
