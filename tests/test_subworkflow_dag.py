@@ -646,3 +646,100 @@ def test_the_sandbox_table_runs_end_to_end(sandbox_run: dict[str, Any]) -> None:
     result = sandbox_run["result"]
     assert result.status == "failed"
     assert result.step_results["row3.row4.write_big"].status == "failed"
+
+
+# -- a budget spent across parent and child; the child's own model ----------------------------------
+
+BUDGET = """
+name: budget-parent
+config: {budget_usd: 0.05, model: parent-model}
+steps:
+  - {id: p1, type: llm_call, prompt: one, output: p1}
+  - {id: sub, type: subworkflow, workflow_path: spend.yaml, depends_on: [p1], output: sub_out}
+  - {id: p2, type: llm_call, prompt: two, depends_on: [sub], output: p2}
+  - {id: sub2, type: subworkflow, workflow_path: overspend.yaml, depends_on: [p2]}
+  - {id: p3, type: llm_call, prompt: three, depends_on: [sub2]}
+"""
+
+SPEND = """
+name: spend
+config: {model: child-model, budget_usd: 100}
+steps:
+  - {id: c1, type: llm_call, prompt: c1, output: c1}
+  - {id: c2, type: llm_call, prompt: "after {state.c1}", depends_on: [c1], output: c2}
+"""
+
+OVERSPEND = """
+name: overspend
+steps:
+  - {id: d1, type: llm_call, prompt: d1, output: d1}
+  - {id: d2, type: llm_call, prompt: d2, depends_on: [d1]}
+"""
+
+COSTS = {"p1": 0.01, "c1": 0.01, "c2": 0.01, "p2": 0.01, "d1": 0.02, "d2": 0.01, "p3": 0.01}
+
+
+@pytest.fixture(scope="module")
+def budget(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("budget")
+    write(root, "spend.yaml", SPEND)
+    write(root, "overspend.yaml", OVERSPEND)
+    (root / "work").mkdir()
+    responses = {sid: {"content": f"{sid} done", "cost_usd": cost} for sid, cost in COSTS.items()}
+    provider = MockProvider(responses=responses)
+    gateway = ProviderGateway()
+    gateway.register(provider, priority=0)
+    outcome = run(
+        write(root, "budget.yaml", BUDGET),
+        root / "work",
+        root,
+        run_context_options={"provider_gateway": gateway},
+    )
+    outcome["provider"] = provider
+    return outcome
+
+
+def test_the_budget_counts_parent_and_child_steps_once_each(budget: dict[str, Any]) -> None:
+    states = states_of(budget)
+    dag_run = budget["dag_run"]
+    # p2 starts after $0.03 (p1, c1, c2): counting the subworkflow's own $0.02 too would stop it
+    assert states["p2"] == "success"
+    sub_meta = xcom(dag_run, "sub.__end__", key="agentloom")
+    assert sub_meta["cost_usd"] == pytest.approx(0.02)  # the child's total
+    assert xcom(dag_run, "sub.__end__")["c2"] == "c2 done"
+    # d1 starts at $0.04 and spends $0.02: d2 starts at $0.06 and is stopped (not run)
+    assert states["sub2.d1"] == "success"
+    assert states["sub2.d2"] == "failed"
+    d2 = xcom(dag_run, "sub2.d2", key="agentloom")
+    assert d2["budget_exceeded"] is True
+    assert d2["status"] == "skipped"
+    assert d2["error"] == "Budget exceeded: spent $0.0600 of $0.0500 limit"
+    assert [call.step_id for call in budget["provider"].calls] == ["p1", "c1", "c2", "p2", "d1"]
+
+
+def test_a_budget_stop_in_a_child_stops_the_subworkflow_and_the_run(budget: dict[str, Any]) -> None:
+    states = states_of(budget)
+    assert states["sub2.__end__"] == "failed"
+    meta = xcom(budget["dag_run"], "sub2.__end__", key="agentloom")
+    assert meta["budget_exceeded"] is True
+    assert meta["status"] == "skipped"
+    assert meta["cost_usd"] == pytest.approx(0.02)
+    assert states["p3"] == "upstream_failed"
+    result = budget["result"]
+    assert result.status == "budget_exceeded"
+    assert result.error == "Budget exceeded: spent $0.0600 of $0.0500 limit"
+    steps = result.step_results
+    assert steps["sub2.d2"].status == "skipped"
+    assert steps["sub2"].status == "skipped"
+    assert steps["p3"].status == "skipped"
+    assert steps["p3"].error == result.error
+    assert result.total_cost_usd == pytest.approx(0.06)  # each step once: not the subworkflows again
+    assert steps["sub"].cost_usd == pytest.approx(0.02)
+
+
+def test_a_childs_model_applies_to_its_own_steps(budget: dict[str, Any]) -> None:
+    dag_run = budget["dag_run"]
+    assert xcom(dag_run, "p1", key="agentloom")["model"] == "parent-model"
+    assert xcom(dag_run, "sub.c1", key="agentloom")["model"] == "child-model"
+    assert xcom(dag_run, "sub2.d1", key="agentloom")["model"] == "gpt-4o-mini"  # its own default
+    assert budget["result"].step_results["sub.c2"].model == "child-model"
