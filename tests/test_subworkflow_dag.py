@@ -17,6 +17,7 @@ import pytest
 from airflow_support import run_dag_test, task_states, xcom
 
 from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.llm.gateway import ProviderGateway
 from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.runner.results import RunResultCollector
@@ -743,3 +744,120 @@ def test_a_childs_model_applies_to_its_own_steps(budget: dict[str, Any]) -> None
     assert xcom(dag_run, "sub.c1", key="agentloom")["model"] == "child-model"
     assert xcom(dag_run, "sub2.d1", key="agentloom")["model"] == "gpt-4o-mini"  # its own default
     assert budget["result"].step_results["sub.c2"].model == "child-model"
+
+
+# -- validation: missing files, cycles, reserved ids, every child step checked ----------------------
+
+
+def issues_of(path: Path, cwd: Path) -> list[str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        with pytest.raises(WorkflowValidationError) as caught:
+            build_dag(load_workflow(path), discover_tools=False)
+    return [str(issue) for issue in caught.value.issues]
+
+
+def test_a_missing_child_file_is_an_error_at_its_line(tmp_path: Path) -> None:
+    (tmp_path / "run_here").mkdir()
+    write(tmp_path / "run_here", "child.yaml", SHARED_CHILD)  # in the cwd: never used
+    parent = write(
+        tmp_path / "wf",
+        "parent.yaml",
+        """
+        name: p
+        steps:
+          - {id: a, type: tool, tool_name: echo}
+          - id: sub
+            type: subworkflow
+            workflow_path: child.yaml
+        """,
+    )
+    with pytest.raises(WorkflowValidationError) as caught:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(tmp_path / "run_here")
+            load_workflow(parent)
+    issue = caught.value.first
+    assert (issue.file, issue.line, issue.key_path) == (str(parent), 6, "steps[1].workflow_path")
+    assert (
+        f"workflow_path 'child.yaml' not found (looked in {tmp_path / 'wf' / 'child.yaml'})" in issue.message
+    )
+
+
+def test_a_cycle_of_files_is_an_error_at_the_closing_line(tmp_path: Path) -> None:
+    first = write(
+        tmp_path, "a.yaml", "name: a\nsteps:\n  - {id: to_b, type: subworkflow, workflow_path: sub/b.yaml}\n"
+    )
+    write(
+        tmp_path,
+        "sub/b.yaml",
+        "name: b\nsteps:\n  - {id: x, type: tool, tool_name: echo}\n  - {id: to_a, type: subworkflow, workflow_path: ../a.yaml}\n",
+    )
+    with pytest.raises(WorkflowValidationError) as caught:
+        load_workflow(first)
+    issue = caught.value.first
+    assert (issue.file, issue.line, issue.key_path) == (
+        str(tmp_path / "sub" / "b.yaml"),
+        4,
+        "steps[1].workflow_path",
+    )
+    chain = f"{first} -> {tmp_path / 'sub' / 'b.yaml'} -> {first}"
+    assert issue.message == f"workflow_path '../a.yaml' includes itself (a cycle of files: {chain})"
+
+
+def test_reserved_child_ids_are_refused_at_their_line(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "child.yaml",
+        "name: c\nsteps:\n  - {id: ok, type: tool, tool_name: echo}\n  - {id: __end__, type: tool, tool_name: echo}\n",
+    )
+    parent = write(
+        tmp_path,
+        "parent.yaml",
+        """
+        name: p
+        steps:
+          - {id: from_file, type: subworkflow, workflow_path: child.yaml}
+          - id: inline
+            type: subworkflow
+            workflow_inline:
+              name: i
+              steps:
+                - {id: __start__, type: tool, tool_name: echo}
+        """,
+    )
+    issues = issues_of(parent, tmp_path)
+    assert issues == [
+        f"{tmp_path / 'child.yaml'}:4: steps[1].id: step id '__end__' is reserved in a subworkflow: its "
+        "TaskGroup's __start__ and __end__ tasks open and close it; rename the step",
+        f"{parent}:9: steps[1].workflow_inline.steps[0].id: step id '__start__' is reserved in a "
+        "subworkflow: its TaskGroup's __start__ and __end__ tasks open and close it; rename the step",
+    ]
+
+
+def test_check_supported_checks_every_child_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_agentloom.operators import registry
+    from airflow_provider_agentloom.workflow.models import StepType
+
+    write(tmp_path, "kids/child.yaml", "name: c\nsteps:\n  - {id: deep, type: tool, tool_name: echo}\n")
+    parent = write(
+        tmp_path,
+        "parent.yaml",
+        """
+        name: p
+        steps:
+          - id: outer
+            type: subworkflow
+            workflow_inline:
+              name: i
+              steps:
+                - {id: nested, type: subworkflow, workflow_path: kids/child.yaml}
+        """,
+    )
+    build_dag(load_workflow(parent), discover_tools=False)  # a subworkflow of subworkflows is supported
+    without_tools = {kind: op for kind, op in registry.OPERATORS.items() if kind != StepType.TOOL}
+    monkeypatch.setattr(registry, "OPERATORS", without_tools)
+    issues = issues_of(parent, tmp_path)
+    assert len(issues) == 1
+    assert issues[0].startswith(
+        f"{tmp_path / 'kids' / 'child.yaml'}:3: steps[0].type: step 'deep': step type 'tool'"
+    )
