@@ -772,9 +772,9 @@ def test_a_missing_child_file_is_an_error_at_its_line(tmp_path: Path) -> None:
             workflow_path: child.yaml
         """,
     )
-    with pytest.raises(WorkflowValidationError) as caught:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.chdir(tmp_path / "run_here")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path / "run_here")
+        with pytest.raises(WorkflowValidationError) as caught:
             load_workflow(parent)
     issue = caught.value.first
     assert (issue.file, issue.line, issue.key_path) == (str(parent), 6, "steps[1].workflow_path")
