@@ -861,3 +861,24 @@ def test_check_supported_checks_every_child_step(tmp_path: Path, monkeypatch: py
     assert issues[0].startswith(
         f"{tmp_path / 'kids' / 'child.yaml'}:3: steps[0].type: step 'deep': step type 'tool'"
     )
+
+
+def test_a_step_id_that_meets_a_child_task_id_is_refused(tmp_path: Path) -> None:
+    parent = write(
+        tmp_path,
+        "parent.yaml",
+        """
+        name: p
+        steps:
+          - id: sub
+            type: subworkflow
+            workflow_inline:
+              name: i
+              steps: [{id: a, type: tool, tool_name: echo}]
+          - {id: sub.a, type: tool, tool_name: echo}
+        """,
+    )
+    assert issues_of(parent, tmp_path) == [
+        f"{parent}:8: steps[1].id: step 'sub.a' gets the Airflow id 'sub.a', which step 'a' of "
+        "subworkflow 'sub' (line 7) has already: rename one"
+    ]

@@ -23,6 +23,9 @@ OPERATORS: dict[StepType, type[AgentLoomStepOperator[Any]]] = {
 
 Loc = tuple[str | int, ...]
 
+_MAX_ID = 250
+"""The longest task id Airflow accepts (a child's id holds its subworkflows' ids)."""
+
 
 def check_supported(workflow: Workflow) -> None:
     """Refuse, with file, line and key, every step whose type has no operator yet (``validate`` too).
@@ -32,8 +35,61 @@ def check_supported(workflow: Workflow) -> None:
     in their TaskGroup.
     """
     issues = _issues(workflow, workflow, ())
+    if not issues:
+        issues = _clashes(workflow)
     if issues:
         raise WorkflowValidationError(issues)
+
+
+def _clashes(workflow: Workflow) -> list[ValidationIssue]:
+    """Two steps of different scopes whose Airflow ids meet (step ``a.b`` and subworkflow ``a``'s ``b``)."""
+    seen: dict[str, tuple[str, ValidationIssue]] = {}
+    issues = []
+    for task_id, label, where in _task_ids(workflow, workflow, (), ""):
+        longest = len(task_id) + (len(RESERVED_CHILD_IDS[0]) + 1 if label.startswith("subworkflow") else 0)
+        if longest > _MAX_ID:
+            issues.append(
+                ValidationIssue(
+                    where.file,
+                    where.line,
+                    where.key_path,
+                    f"{label} gets the Airflow id {task_id!r}, {longest} characters with its TaskGroup's "
+                    f"tasks: Airflow allows at most {_MAX_ID} (each subworkflow adds its id): shorten the ids",
+                )
+            )
+        if task_id in seen:
+            first, first_where = seen[task_id]
+            line = f" (line {first_where.line})" if first_where.line is not None else ""
+            issues.append(
+                ValidationIssue(
+                    where.file,
+                    where.line,
+                    where.key_path,
+                    f"{label} gets the Airflow id {task_id!r}, which {first}{line} has already: rename one",
+                )
+            )
+        else:
+            seen[task_id] = (label, where)
+    return issues
+
+
+def _task_ids(
+    workflow: Workflow, owner: Workflow, prefix: Loc, group: str
+) -> list[tuple[str, str, ValidationIssue]]:
+    """Every Airflow task and group id of ``workflow``'s steps, with what it is and where."""
+    found = []
+    for index, step in enumerate(workflow.steps):
+        task_id = f"{group}.{safe_id(step.id)}" if group else safe_id(step.id)
+        kind = "subworkflow" if isinstance(step, SubworkflowStep) else "step"
+        label = f"{kind} {step.id!r}" + (f" of subworkflow {group!r}" if group else "")
+        found.append((task_id, label, issue_in(owner, (*prefix, "steps", index, "id"), "")))
+        if isinstance(step, SubworkflowStep):
+            child = step.child
+            if child.source_path is not None:
+                found += _task_ids(child, child, (), task_id)
+            else:
+                found += _task_ids(child, owner, (*prefix, "steps", index, "workflow_inline"), task_id)
+    return found
 
 
 def _issues(workflow: Workflow, owner: Workflow, prefix: Loc) -> list[ValidationIssue]:
