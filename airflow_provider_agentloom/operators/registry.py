@@ -54,7 +54,7 @@ def _clashes(workflow: Workflow) -> list[ValidationIssue]:
                     where.line,
                     where.key_path,
                     f"{label} gets the Airflow id {task_id!r}, {longest} characters with its TaskGroup's "
-                    f"tasks: Airflow allows at most {_MAX_ID} (each subworkflow adds its id): shorten the ids",
+                    f"tasks: Airflow allows at most {_MAX_ID} (each subworkflow adds its id): shorten them",
                 )
             )
         if task_id in seen:
