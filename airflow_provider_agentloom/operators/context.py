@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.tools.base import BaseTool
@@ -27,6 +27,9 @@ from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_ent
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.models import SandboxConfig, SubworkflowStep, Workflow
 from airflow_provider_agentloom.workflow.redaction import Mask
+
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.tools._kernel import KernelSandboxMode
 
 _UNSAFE_ID = re.compile(r"[^\w.-]")
 
@@ -297,15 +300,9 @@ class WorkflowRunContext:
             return self._given_registry(base_dir)
         if self.require_registry:
             raise StepError("this run has no tool registry: pass tool_registry= to WorkflowEngine")
-        from airflow_provider_agentloom import settings
-
-        try:
-            kernel_sandbox = settings.kernel_sandbox()
-        except ValueError as exc:
-            raise StepError(str(exc), retryable=False) from None
         registry = ToolRegistry()
         sandbox = ToolSandbox(
-            **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=kernel_sandbox
+            **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=_kernel_sandbox()
         )
         register_builtins(registry, sandbox=sandbox, base_dir=base_dir)
         custom = list(discover_entry_point_tools()) if self.discover_tools else []
@@ -328,7 +325,9 @@ class WorkflowRunContext:
         from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 
         registry = given.copy()
-        sandbox = ToolSandbox(**self.sandbox_config(base_dir).model_dump(), base_dir=base_dir)
+        sandbox = ToolSandbox(
+            **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=_kernel_sandbox()
+        )
         scratch = ToolRegistry()
         for builtin in register_builtins(scratch, sandbox=sandbox, base_dir=base_dir):
             if builtin.name in registry:
@@ -368,3 +367,13 @@ class WorkflowRunContext:
         if "model" in config.model_fields_set or not connection_model:
             return config.model
         return connection_model
+
+
+def _kernel_sandbox() -> KernelSandboxMode:
+    """The provider's ``[agentloom] kernel_sandbox`` option (a bad value fails the step, not retried)."""
+    from airflow_provider_agentloom import settings
+
+    try:
+        return settings.kernel_sandbox()
+    except ValueError as exc:
+        raise StepError(str(exc), retryable=False) from None

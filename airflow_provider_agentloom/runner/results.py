@@ -52,12 +52,14 @@ class RunResultCollector:
             for scope in run_context.scopes()
             for sid in scope.graph.steps
         }
+        # A subworkflow's __start__ task -> its __end__ task (the one that reports the step).
         self._openers = {
-            scope.entry_task_id(sid)
+            scope.entry_task_id(sid): scope.task_id(sid)
             for scope in run_context.scopes()
             for sid, step in scope.graph.steps.items()
-            if step.type == "subworkflow"
+            if isinstance(step, SubworkflowStep)
         }
+        self._closers = {end: start for start, end in self._openers.items()}
         self._rank = {sid: rank for rank, sid in enumerate(run_context.graph.order)}
         self._lost: dict[tuple[str, int], str] = {}
         self.interrupted: str | None = None
@@ -85,17 +87,29 @@ class RunResultCollector:
         for ti in tis:
             state = ti.state
             event = "done" if state in final else "retry" if state == TaskInstanceState.UP_FOR_RETRY else None
-            if event is None or ti.task_id in self._openers:
+            if event is None or not self._reports_step(ti, tis):
                 continue
             mark = (str(state), int(ti.try_number or 0))
             if self._reported.get(ti.task_id) == mark:
                 continue
             self._reported[ti.task_id] = mark
-            ended.append((ti, event, self._step_of_task.get(ti.task_id, ti.task_id)))
+            task_id = self._openers.get(ti.task_id, ti.task_id)
+            ended.append((ti, event, self._step_of_task.get(task_id, task_id)))
         # In the order the steps ended (a dependent's skip never prints before its parent's failure).
         ended.sort(key=lambda item: (item[0].end_date or _NEVER, self._rank.get(item[2].split(".", 1)[0], 0)))
         for ti, event, step_id in ended:
             self.on_progress(self._step_result(session, ti, step_id, {})[0], event)
+
+    def _reports_step(self, ti: Any, tis: list[Any]) -> bool:
+        """A subworkflow's step is reported by its __end__ task, or by its __start__ when that failed."""
+        from airflow.utils.state import TaskInstanceState
+
+        if ti.task_id in self._openers:
+            return bool(ti.state == TaskInstanceState.FAILED)
+        opener = self._closers.get(ti.task_id)
+        if opener is not None and ti.state == TaskInstanceState.UPSTREAM_FAILED:
+            return not any(t.task_id == opener and t.state == TaskInstanceState.FAILED for t in tis)
+        return True
 
     def collect(
         self, session: Any, dag_run: Any, *, paused: bool = False, started: float | None = None
