@@ -882,3 +882,53 @@ def test_a_step_id_that_meets_a_child_task_id_is_refused(tmp_path: Path) -> None
         f"{parent}:8: steps[1].id: step 'sub.a' gets the Airflow id 'sub.a', which step 'a' of "
         "subworkflow 'sub' (line 7) has already: rename one"
     ]
+
+
+# -- the in-process runner: progress and results ---------------------------------------------------
+
+
+def test_the_runner_reports_each_child_step_once_in_the_order_they_ended(tmp_path: Path) -> None:
+    from airflow_provider_agentloom import run_workflow
+
+    write(tmp_path, "skip.yaml", SKIP_CHILD)
+    parent = write(
+        tmp_path,
+        "parent.yaml",
+        """
+        name: runner-sub
+        steps:
+          - {id: sub, type: subworkflow, workflow_path: skip.yaml, output: out}
+          - {id: after, type: tool, tool_name: echo, tool_args: {value: x}, depends_on: [sub]}
+          - id: bad
+            type: subworkflow
+            isolated_state: true
+            input: {v: state.nope}
+            workflow_inline: {name: b, steps: [{id: x, type: tool, tool_name: echo, tool_args: {value: 1}}]}
+        """,
+    )
+    events: list[tuple[str, str, str]] = []
+    result = run_workflow(
+        parent,
+        tools=TOOLS,
+        working_dir=tmp_path,
+        on_progress=lambda step, event: events.append((step.step_id, str(step.status), event)),
+    )
+    assert result.status == "failed"
+    assert result.error == "argument 'state.nope' names a key the state does not have"
+    done = [(sid, status) for sid, status, event in events if event == "done"]
+    assert sorted(done) == sorted(
+        [
+            ("sub.boom", "failed"),
+            ("sub.below", "skipped"),
+            ("sub.beside", "success"),
+            ("sub", "failed"),
+            ("after", "skipped"),
+            ("bad", "failed"),
+            ("bad.x", "skipped"),
+        ]
+    )
+    order = [sid for sid, _ in done]
+    assert order.index("sub.boom") < order.index("sub") < order.index("after")
+    assert order.index("sub.beside") < order.index("sub")
+    assert set(result.step_results) == {sid for sid, _ in done}
+    assert result.step_results["after"].error == "skipped due to upstream failure: sub"
