@@ -215,6 +215,18 @@ def test_every_child_step_is_a_task_of_the_same_dag_run_in_a_task_group(shapes: 
     }
     assert dag.get_task("after").upstream_task_ids == {"shared.__end__", "iso.__end__", "outer.__end__"}
     assert dag.get_task("outer.nest.__start__").upstream_task_ids == {"outer.o1"}
+    scope = dag.get_task("first").run_context
+    assert scope.tasks_of("outer") == [
+        "outer.__start__",
+        "outer.o1",
+        "outer.nest.__start__",
+        "outer.nest.i1",
+        "outer.nest.__end__",
+        "outer.o2",
+        "outer.__end__",
+    ]
+    assert (scope.entry_task_id("outer"), scope.task_id("outer")) == ("outer.__start__", "outer.__end__")
+    assert scope.child(scope.graph.steps["outer"]).qualified_id("o1") == "outer.o1"
     assert dag.get_task("shared.__start__").is_setup
     assert dag.get_task("shared.__end__").is_teardown
 

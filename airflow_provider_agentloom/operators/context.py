@@ -180,6 +180,15 @@ class WorkflowRunContext:
         """The task the edges into a step end at: the step's own, or a subworkflow's opening task."""
         return self.task_id(step_id, result=False)
 
+    def tasks_of(self, step_id: str) -> list[str]:
+        """Every task id of a step: its own, or a subworkflow's whole TaskGroup, recursively."""
+        step = self.graph.steps[step_id]
+        if not isinstance(step, SubworkflowStep):
+            return [self.task_id(step_id)]
+        child = self.child(step)
+        inner = [task for sid in child.graph.order for task in child.tasks_of(sid)]
+        return [self.entry_task_id(step_id), *inner, self.task_id(step_id)]
+
     def qualified_id(self, step_id: str) -> str:
         """A step's id in the whole run: ``<sub_id>.<child_id>`` below a subworkflow."""
         if self.parent is None or self.scope_step is None:
