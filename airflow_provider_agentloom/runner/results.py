@@ -60,6 +60,16 @@ class RunResultCollector:
             if isinstance(step, SubworkflowStep)
         }
         self._closers = {end: start for start, end in self._openers.items()}
+        # Each child task -> the __start__ tasks of the subworkflows around it.
+        self._enclosing: dict[str, list[str]] = {}
+        for scope in run_context.scopes():
+            around, up = [], scope
+            while up.parent is not None and up.scope_step is not None:
+                around.append(up.parent.entry_task_id(up.scope_step.id))
+                up = up.parent
+            for sid in scope.graph.steps:
+                for task_id in {scope.task_id(sid), scope.entry_task_id(sid)}:
+                    self._enclosing[task_id] = around
         self._rank = {sid: rank for rank, sid in enumerate(run_context.graph.order)}
         self._lost: dict[tuple[str, int], str] = {}
         self.interrupted: str | None = None
@@ -104,6 +114,9 @@ class RunResultCollector:
         """A subworkflow's step is reported by its __end__ task, or by its __start__ when that failed."""
         from airflow.utils.state import TaskInstanceState
 
+        started = {t.task_id for t in tis if t.state == TaskInstanceState.SUCCESS}
+        if not all(opener in started for opener in self._enclosing.get(ti.task_id, ())):
+            return False  # inside a subworkflow that never started: its step reports it
         if ti.task_id in self._openers:
             return bool(ti.state == TaskInstanceState.FAILED)
         opener = self._closers.get(ti.task_id)
@@ -157,8 +170,8 @@ class RunResultCollector:
         """Add the results of ``scope``'s steps that ran, in upstream order.
 
         A subworkflow's child steps come just before it, as ``<sub_id>.<child_id>`` (upstream
-        reports the subworkflow step only); its own result is its ``__end__`` task's, or its
-        ``__start__`` task's when that one failed (a bad ``input``, the budget).
+        reports the subworkflow step only), when it started; its own result is its ``__end__``
+        task's, or its ``__start__`` task's when that one failed (a bad ``input``, the budget).
         """
         from airflow.utils.state import TaskInstanceState
 
@@ -167,9 +180,10 @@ class RunResultCollector:
             step = scope.graph.steps[step_id]
             ti = tis.get(scope.task_id(step_id))
             if isinstance(step, SubworkflowStep):
-                self._scope_results(session, tis, scope.child(step), results, failures, budget_stopped)
                 opener = tis.get(scope.entry_task_id(step_id))
-                if opener is not None and opener.state == TaskInstanceState.FAILED:
+                if opener is not None and opener.state == TaskInstanceState.SUCCESS:
+                    self._scope_results(session, tis, scope.child(step), results, failures, budget_stopped)
+                elif opener is not None and opener.state == TaskInstanceState.FAILED:
                     ti = opener
             if ti is None or ti.state in not_run:
                 continue
