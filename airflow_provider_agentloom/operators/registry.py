@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError
@@ -42,47 +43,62 @@ def check_supported(workflow: Workflow) -> None:
 
 
 def _clashes(workflow: Workflow) -> list[ValidationIssue]:
-    """Two steps of different scopes whose Airflow ids meet (step ``a.b`` and subworkflow ``a``'s ``b``)."""
-    seen: dict[str, tuple[str, ValidationIssue]] = {}
+    """Steps of different scopes whose Airflow ids meet (step ``a.b`` and subworkflow ``a``'s ``b``).
+
+    Two steps of one workflow are ``check_workflow``'s to report. Lines are looked up only for
+    what is reported.
+    """
+    seen: dict[str, _Id] = {}
     issues = []
-    for task_id, label, where in _task_ids(workflow, workflow, (), ""):
-        longest = len(task_id) + (len(RESERVED_CHILD_IDS[0]) + 1 if label.startswith("subworkflow") else 0)
+    for found in _task_ids(workflow, workflow, (), ""):
+        task_id, label = found.task_id, found.label
+        longest = len(task_id) + (len(RESERVED_CHILD_IDS[0]) + 1 if found.subworkflow else 0)
         if longest > _MAX_ID:
             issues.append(
-                ValidationIssue(
-                    where.file,
-                    where.line,
-                    where.key_path,
+                issue_in(
+                    found.owner,
+                    found.loc,
                     f"{label} gets the Airflow id {task_id!r}, {longest} characters with its TaskGroup's "
                     f"tasks: Airflow allows at most {_MAX_ID} (each subworkflow adds its id): shorten them",
                 )
             )
-        if task_id in seen:
-            first, first_where = seen[task_id]
-            line = f" (line {first_where.line})" if first_where.line is not None else ""
+        first = seen.setdefault(task_id, found)
+        if first is not found and first.group != found.group:
+            line = issue_in(first.owner, first.loc, "").line
+            where = f" (line {line})" if line is not None else ""
             issues.append(
-                ValidationIssue(
-                    where.file,
-                    where.line,
-                    where.key_path,
-                    f"{label} gets the Airflow id {task_id!r}, which {first}{line} has already: rename one",
+                issue_in(
+                    found.owner,
+                    found.loc,
+                    f"{label} gets the Airflow id {task_id!r}, which {first.label}{where} has already: "
+                    "rename one",
                 )
             )
-        else:
-            seen[task_id] = (label, where)
     return issues
 
 
-def _task_ids(
-    workflow: Workflow, owner: Workflow, prefix: Loc, group: str
-) -> list[tuple[str, str, ValidationIssue]]:
-    """Every Airflow task and group id of ``workflow``'s steps, with what it is and where."""
+@dataclass(frozen=True)
+class _Id:
+    """One step's Airflow id, what it is and where it is written."""
+
+    task_id: str
+    label: str
+    group: str
+    subworkflow: bool
+    owner: Workflow
+    loc: Loc
+
+
+def _task_ids(workflow: Workflow, owner: Workflow, prefix: Loc, group: str) -> list[_Id]:
+    """Every Airflow task and group id of ``workflow``'s steps, recursively."""
     found = []
     for index, step in enumerate(workflow.steps):
         task_id = f"{group}.{safe_id(step.id)}" if group else safe_id(step.id)
-        kind = "subworkflow" if isinstance(step, SubworkflowStep) else "step"
-        label = f"{kind} {step.id!r}" + (f" of subworkflow {group!r}" if group else "")
-        found.append((task_id, label, issue_in(owner, (*prefix, "steps", index, "id"), "")))
+        sub = isinstance(step, SubworkflowStep)
+        label = f"{'subworkflow' if sub else 'step'} {step.id!r}" + (
+            f" of subworkflow {group!r}" if group else ""
+        )
+        found.append(_Id(task_id, label, group, sub, owner, (*prefix, "steps", index, "id")))
         if isinstance(step, SubworkflowStep):
             child = step.child
             if child.source_path is not None:
