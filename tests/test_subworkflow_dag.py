@@ -942,3 +942,41 @@ def test_the_runner_reports_each_child_step_once_in_the_order_they_ended(tmp_pat
     assert order.index("sub.beside") < order.index("sub")
     assert set(result.step_results) == {sid for sid, _ in done}
     assert result.step_results["after"].error == "skipped due to upstream failure: sub"
+
+
+def test_a_python_registry_keeps_its_tools_and_a_child_rebuilds_its_builtins(tmp_path: Path) -> None:
+    from airflow_provider_agentloom.tools import ToolRegistry
+    from airflow_provider_agentloom.tools.builtins import register_builtins
+
+    registry = ToolRegistry([echo])
+    register_builtins(registry, base_dir=tmp_path / "work")  # no sandbox at all
+    write(tmp_path / "work", "other/f.txt", "other")
+    parent = write(
+        tmp_path,
+        "parent.yaml",
+        f"""
+        name: given-registry
+        config: {{on_step_failure: continue}}
+        steps:
+          - {{id: read, type: tool, tool_name: file_read, tool_args: {{path: other/f.txt}}, {NO_RETRY}}}
+          - id: sub
+            type: subworkflow
+            workflow_inline:
+              name: strict-child
+              config: {{on_step_failure: continue, sandbox: {{enabled: true, allowed_paths: [both]}}}}
+              steps:
+                - {{id: read, type: tool, tool_name: file_read, tool_args: {{path: other/f.txt}}, {NO_RETRY}}}
+                - {{id: own_tool, type: tool, tool_name: echo, tool_args: {{value: mine}}}}
+        """,
+    )
+    workflow = load_workflow(parent)
+    dag = build_dag(
+        workflow, working_dir=str(tmp_path / "work"), run_context_options={"tool_registry": registry}
+    )
+    dag_run = run_dag_test(dag)
+    states = {task_id: state for task_id, (state, _) in task_states(dag_run).items()}
+    assert states["read"] == "success"
+    assert xcom(dag_run, "read") == "other"
+    assert states["sub.read"] == "failed"  # the child's own sandbox applies to the given built-ins
+    assert "Sandbox violation (file_read)" in xcom(dag_run, "sub.read", key="agentloom")["error"]
+    assert xcom(dag_run, "sub.own_tool") == "mine"  # a tool of your own stays as given
