@@ -115,6 +115,10 @@ def _add_scope(
         step = graph.steps[step_id]
         local_id = _local(scope.task_ids[step_id], group)
         kwargs = _task_kwargs(step, workflow)
+        root_airflow = scope.root.workflow.config.airflow
+        for key in ("pool", "queue"):  # a child's own pool or queue, else the DAG's
+            if key not in kwargs and getattr(root_airflow, key):
+                kwargs[key] = getattr(root_airflow, key)
         if isinstance(step, SubworkflowStep):
             ends[step_id] = _add_subworkflow(dag, scope, step, local_id, group, kwargs)
             continue

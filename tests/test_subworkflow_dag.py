@@ -980,3 +980,40 @@ def test_a_python_registry_keeps_its_tools_and_a_child_rebuilds_its_builtins(tmp
     assert states["sub.read"] == "failed"  # the child's own sandbox applies to the given built-ins
     assert "Sandbox violation (file_read)" in xcom(dag_run, "sub.read", key="agentloom")["error"]
     assert xcom(dag_run, "sub.own_tool") == "mine"  # a tool of your own stays as given
+
+
+def test_child_tasks_take_their_own_policy_and_pool_else_the_dags(tmp_path: Path) -> None:
+    parent = write(
+        tmp_path,
+        "parent.yaml",
+        """
+        name: settings
+        config: {airflow: {pool: main_pool}, on_step_failure: continue}
+        steps:
+          - {id: top, type: tool, tool_name: echo}
+          - id: plain
+            type: subworkflow
+            depends_on: [top]
+            workflow_inline:
+              name: plain
+              steps:
+                - {id: a, type: tool, tool_name: echo}
+                - {id: b, type: tool, tool_name: echo, depends_on: [a], retry: {max_retries: 7}}
+          - id: own
+            type: subworkflow
+            workflow_inline:
+              name: own
+              config: {airflow: {pool: own_pool}, on_step_failure: continue}
+              steps: [{id: a, type: tool, tool_name: echo}, {id: b, type: tool, tool_name: echo, depends_on: [a]}]
+        """,
+    )
+    dag = build_dag(load_workflow(parent), discover_tools=False)
+    assert dag.get_task("plain.a").pool == "main_pool"
+    assert dag.get_task("own.a").pool == "own_pool"
+    assert dag.get_task("plain.__start__").trigger_rule == "none_skipped"  # the parent's policy
+    assert dag.get_task("plain.a").trigger_rule == "all_success"  # after its setup: Airflow's rule
+    assert dag.get_task("plain.b").trigger_rule == "all_success"  # the child's: skip_downstream
+    assert dag.get_task("own.b").trigger_rule == "none_skipped"  # the child's: continue
+    assert dag.get_task("plain.b").retries == 7
+    assert (dag.get_task("plain.__start__").retries, dag.get_task("plain.__end__").retries) == (0, 0)
+    assert dag.get_task("plain.__end__").trigger_rule == "all_done_setup_success"
