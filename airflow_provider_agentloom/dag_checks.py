@@ -34,6 +34,16 @@ def check_workflow(workflow: Workflow, dag_id: str) -> dict[str, str]:
     return task_ids
 
 
+def step_task_ids(workflow: Workflow) -> dict[str, str]:
+    """The task id of each step (within its workflow's namespace); ``check_workflow`` reports clashes."""
+    return _task_ids(workflow)[0]
+
+
+def task_id_issues(workflow: Workflow) -> list[ValidationIssue]:
+    """Two step ids that become the same Airflow task id (a subworkflow child's, say)."""
+    return _task_ids(workflow)[1]
+
+
 def _key_problem(key: str) -> str | None:
     """Airflow's verdict on an id (its ``validate_key``), or None when Airflow accepts it."""
     try:

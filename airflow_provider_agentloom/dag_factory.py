@@ -1,5 +1,8 @@
 """Workflow + StepGraph → a plain Airflow ``DAG``: one task per step, edges, params, docs and tags.
 
+A subworkflow step becomes a TaskGroup holding its child's steps as tasks of the same DAG,
+recursively, between a ``__start__`` and an ``__end__`` task (see ``operators.subworkflow``).
+
 ``build_dag`` does no I/O and reads no Airflow configuration: it runs at every parse of the
 dags folder and at every task start on the workers. What Airflow itself would refuse (ids, tags,
 the schedule) is refused first by :mod:`~airflow_provider_agentloom.dag_checks`, with the line.
@@ -11,13 +14,18 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, TaskGroup, TriggerRule
 
 from airflow_provider_agentloom.dag_checks import check_schedule, check_workflow
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
-from airflow_provider_agentloom.operators.context import WorkflowRunContext, safe_id
+from airflow_provider_agentloom.operators.context import (
+    ENTER_TASK,
+    RESULT_TASK,
+    WorkflowRunContext,
+    safe_id,
+)
 from airflow_provider_agentloom.tools.base import BaseTool
-from airflow_provider_agentloom.workflow.models import StepModel, Workflow
+from airflow_provider_agentloom.workflow.models import StepModel, SubworkflowStep, Workflow
 from airflow_provider_agentloom.workflow.parser import graph_of
 
 TAG = "agentloom"
@@ -83,20 +91,111 @@ def build_dag(
     check_schedule(dag, workflow)
     if fileloc is not None:
         dag.fileloc = fileloc
-    tasks: dict[str, AgentLoomStepOperator[Any]] = {}
+    _add_scope(dag, run_context, None, None)
+    return dag
+
+
+Ends = tuple[AgentLoomStepOperator[Any], AgentLoomStepOperator[Any]]
+"""A step's tasks: where the edges from its parents end, and the one that holds its result."""
+
+
+def _add_scope(
+    dag: DAG,
+    scope: WorkflowRunContext,
+    group: TaskGroup | None,
+    start: AgentLoomStepOperator[Any] | None,
+) -> list[AgentLoomStepOperator[Any]]:
+    """Add the tasks of ``scope``'s steps (in ``group``); return each step's result task.
+
+    :param start: a subworkflow's ``__start__`` task, upstream of the scope's root steps.
+    """
+    graph, workflow = scope.graph, scope.workflow
+    ends: dict[str, Ends] = {}
     for step_id in graph.order:
         step = graph.steps[step_id]
-        tasks[step_id] = operator_class(step)(
-            task_id=task_ids[step_id],
-            step=step,
-            run_context=run_context,
-            dag=dag,
-            **_task_kwargs(step, workflow),
+        local_id = _local(scope.task_ids[step_id], group)
+        kwargs = _task_kwargs(step, workflow)
+        root_airflow = scope.root.workflow.config.airflow
+        for key in ("pool", "queue"):  # a child's own pool or queue, else the DAG's
+            if key not in kwargs and getattr(root_airflow, key):
+                kwargs[key] = getattr(root_airflow, key)
+        if isinstance(step, SubworkflowStep):
+            ends[step_id] = _add_subworkflow(dag, scope, step, local_id, group, kwargs)
+            continue
+        task = operator_class(step)(
+            task_id=local_id, step=step, run_context=scope, dag=dag, task_group=group, **kwargs
         )
+        ends[step_id] = (task, task)
     for step_id, parents in graph.parents.items():
+        entry = ends[step_id][0]
         if parents:
-            tasks[step_id].set_upstream([tasks[parent] for parent in parents])
-    return dag
+            entry.set_upstream([ends[parent][1] for parent in parents])
+        elif start is not None:
+            # A setup's dependents run when it succeeded (Airflow's rule for setup tasks).
+            entry.trigger_rule = TriggerRule.ALL_SUCCESS
+            entry.set_upstream(start)
+    return [result for _, result in ends.values()]
+
+
+def _add_subworkflow(
+    dag: DAG,
+    scope: WorkflowRunContext,
+    step: SubworkflowStep,
+    group_id: str,
+    parent_group: TaskGroup | None,
+    kwargs: dict[str, Any],
+) -> Ends:
+    from airflow_provider_agentloom.operators.subworkflow import (
+        SubworkflowOperator,
+        SubworkflowStartOperator,
+    )
+
+    child = scope.child(step)
+    source = step.workflow_path or "workflow_inline"
+    nesting: dict[str, Any] = {"parent_group": parent_group} if parent_group is not None else {}
+    group = TaskGroup(
+        group_id=group_id,
+        dag=dag,
+        tooltip=f"subworkflow {child.workflow.name!r} ({source})",
+        ui_color="#ede7f6",
+        **nesting,
+    )
+    own = {key: kwargs[key] for key in ("pool", "queue") if key in kwargs}
+    start = SubworkflowStartOperator(
+        task_id=ENTER_TASK,
+        step=step,
+        run_context=scope,
+        dag=dag,
+        task_group=group,
+        retries=0,
+        trigger_rule=kwargs["trigger_rule"],
+        doc_md=f"Opens subworkflow `{step.id}`: the state its child starts from",
+        **own,
+    )
+    start.is_setup = True
+    results = _add_scope(dag, child, group, start)
+    end = SubworkflowOperator(
+        task_id=RESULT_TASK,
+        step=step,
+        run_context=scope,
+        dag=dag,
+        task_group=group,
+        retries=0,
+        doc_md=f"AgentLoom `subworkflow` step `{step.id}`: the child's final state, totals and status",
+        **own,
+    )
+    # A teardown of ``__start__`` (Airflow's own rule), whose failure fails the run.
+    end.as_teardown(setups=start, on_failure_fail_dagrun=True)
+    end.set_upstream(results)
+    return start, end
+
+
+def _local(task_id: str, group: TaskGroup | None) -> str:
+    """A task id without its TaskGroup's prefix (the group adds it back)."""
+    if group is None:
+        return task_id
+    prefix = f"{group.group_id}."
+    return task_id[len(prefix) :] if task_id.startswith(prefix) else task_id
 
 
 def _dag_kwargs(workflow: Workflow) -> dict[str, Any]:

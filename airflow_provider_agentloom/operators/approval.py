@@ -163,7 +163,7 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         The body is ``body_template`` rendered against the state plus ``run_id``, ``step_id`` and
         ``workflow_name`` (secrets masked), or upstream's default body with ``url``, the Required
         Actions page, when ``[api] base_url`` is set. It goes through ``tools.net.send_webhook``
-        under the workflow's sandbox (3 attempts, at most 5 s); the outcome is logged and kept in
+        under the step's sandbox (a subworkflow's combined one; 3 attempts, at most 5 s); the outcome is logged and kept in
         the XCom ``webhook``.
         """
         config = self.step.notify
@@ -187,9 +187,9 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
                     workflow_name=workflow_name,
                     ui_url=self._ui_link(context),
                 )
-            result = send_webhook(
-                config, body, sandbox=self.run_context.workflow.config.sandbox, mask=run.secrets.mask
-            )
+            # A gate in a subworkflow sends under the combined sandbox (the spec page's table).
+            sandbox = self.run_context.sandbox_config(self.run_context.resolve_working_dir(run_id))
+            result = send_webhook(config, body, sandbox=sandbox, mask=run.secrets.mask)
         except Exception as exc:  # a webhook never fails the gate
             self.log.warning(
                 "Step %s: the notify webhook was not sent: %s", self.step.id, run.secrets.mask_text(str(exc))

@@ -39,18 +39,25 @@ _MODEL_STEPS = (StepType.LLM_CALL, StepType.AGENT)
 def recorded_spend(ti: Any, run_context: WorkflowRunContext, *, exclude: str) -> float:
     """Return what the run's steps other than ``exclude`` spent, as recorded in their XComs.
 
-    Per step: the cost in its metadata (a finished step) or the spend it published while running
-    (a model step), whichever is larger.
+    The budget is run-wide: every step task of the whole DAG counts, in every subworkflow scope,
+    each once. A subworkflow step records its child's total, which is not added again: its
+    child steps are counted themselves. Per step: the cost in its metadata (a finished step) or
+    the spend it published while running (a model step), whichever is larger.
+
+    :param exclude: the id of the asking step in ``run_context``'s scope.
     """
+    skip = run_context.task_id(exclude)
     total = 0.0
-    for step_id, step in run_context.graph.steps.items():
-        if step_id == exclude:
-            continue
-        task_id = run_context.task_id(step_id)
-        meta = StepMeta.from_xcom(ti.xcom_pull(task_ids=task_id, key=META_KEY))
-        finished = _amount(meta.cost_usd) if meta is not None else 0.0
-        live = _amount(ti.xcom_pull(task_ids=task_id, key=SPEND_KEY)) if step.type in _MODEL_STEPS else 0.0
-        total += max(finished, live)
+    for scope in run_context.root.scopes():
+        for step_id, step in scope.graph.steps.items():
+            task_id = scope.task_id(step_id)
+            if task_id == skip or step.type == StepType.SUBWORKFLOW:
+                continue
+            meta = StepMeta.from_xcom(ti.xcom_pull(task_ids=task_id, key=META_KEY))
+            finished = _amount(meta.cost_usd) if meta is not None else 0.0
+            model_step = step.type in _MODEL_STEPS
+            live = _amount(ti.xcom_pull(task_ids=task_id, key=SPEND_KEY)) if model_step else 0.0
+            total += max(finished, live)
     return total
 
 

@@ -1,7 +1,14 @@
-"""``WorkflowRunContext``: what every task of one workflow's DAG shares (workflow, graph, tools, working dir).
+"""``WorkflowRunContext``: what the tasks of one (sub)workflow scope share: workflow, graph, tools, sandbox.
 
 It is built once per DAG at parse time (cheap: no I/O) and consulted when a task runs. It is never
 serialised: the scheduler reads the serialised DAG, and workers re-parse the DAG file.
+
+A DAG has one *scope* per workflow: the root, and one per subworkflow step, recursively
+(:meth:`WorkflowRunContext.child`). A child scope holds the child workflow and its graph, its
+task-id namespace (``<sub_id>.<child_id>``, the subworkflow's TaskGroup), a link to its parent
+scope and the subworkflow step. From the chain it derives the state the child starts from
+(:meth:`~WorkflowRunContext.scope_base`), the combined sandbox of its built-in tools
+(:meth:`~WorkflowRunContext.sandbox_config`) and the run-wide budget of the root.
 """
 
 from __future__ import annotations
@@ -9,20 +16,32 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
 from airflow_provider_agentloom.workflow.graph import StepGraph
-from airflow_provider_agentloom.workflow.models import Workflow
+from airflow_provider_agentloom.workflow.models import SandboxConfig, SubworkflowStep, Workflow
 from airflow_provider_agentloom.workflow.redaction import Mask
+
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.tools._kernel import KernelSandboxMode
 
 _UNSAFE_ID = re.compile(r"[^\w.-]")
 
 DEFAULT_WORKING_DIR = os.path.join(tempfile.gettempdir(), "agentloom", "{dag_id}")
+
+ENTER_TASK = "__start__"
+"""The id, inside a subworkflow's TaskGroup, of the task that opens it (no child step may use it)."""
+
+RESULT_TASK = "__end__"
+"""The id, inside a subworkflow's TaskGroup, of the task that holds its result (no child step may use it)."""
+
+RESERVED_CHILD_IDS = (ENTER_TASK, RESULT_TASK)
 
 
 def safe_id(name: str) -> str:
@@ -75,6 +94,9 @@ class WorkflowRunContext:
         instead of the built-ins under the workflow's sandbox plus ``tools``.
     :param provider_gateway: the model gateway of LLM steps (None: built from connections).
     :param require_registry: fail tool steps when no ``tool_registry`` was given (upstream's engine).
+    :param parent: the scope of the workflow whose subworkflow step this scope runs (None: the root).
+    :param scope_step: that subworkflow step.
+    :param group_id: the TaskGroup id of this scope (``outer.inner``), empty for the root.
     """
 
     workflow: Workflow
@@ -88,10 +110,171 @@ class WorkflowRunContext:
     provider_gateway: Any = None
     require_registry: bool = False
     llm: LLMOptions = field(default_factory=LLMOptions)
+    parent: WorkflowRunContext | None = None
+    scope_step: SubworkflowStep | None = None
+    group_id: str = ""
+    _children: dict[str, WorkflowRunContext] = field(default_factory=dict, repr=False)
 
-    def task_id(self, step_id: str) -> str:
-        """The Airflow task id of a step."""
+    # -- scopes -------------------------------------------------------------------------------
+
+    @property
+    def root(self) -> WorkflowRunContext:
+        """The scope of the DAG's own workflow."""
+        scope = self
+        while scope.parent is not None:
+            scope = scope.parent
+        return scope
+
+    def child(self, step: SubworkflowStep) -> WorkflowRunContext:
+        """The scope of subworkflow ``step`` of this workflow (built once, then reused)."""
+        found = self._children.get(step.id)
+        if found is not None:
+            return found
+        from airflow_provider_agentloom.dag_checks import step_task_ids
+        from airflow_provider_agentloom.workflow.parser import graph_of
+
+        child = step.child
+        # Parent redaction patterns apply in the child too (as upstream merges them).
+        schema = {**self.workflow.state_schema, **child.state_schema}
+        if schema != child.state_schema:
+            child = child.model_copy(update={"state_schema": schema})
+        group_id = self._group_of(step.id)
+        scope = replace(
+            self,
+            workflow=child,
+            graph=graph_of(step.child),
+            task_ids={sid: f"{group_id}.{tid}" for sid, tid in step_task_ids(step.child).items()},
+            parent=self,
+            scope_step=step,
+            group_id=group_id,
+            _children={},
+        )
+        self._children[step.id] = scope
+        return scope
+
+    def _group_of(self, step_id: str) -> str:
+        """A step's own task id (a subworkflow's TaskGroup id); ``task_ids`` hold them in full."""
+        found = self.task_ids.get(step_id)
+        if found is not None:
+            return found
+        return f"{self.group_id}.{safe_id(step_id)}" if self.group_id else safe_id(step_id)
+
+    def scopes(self) -> Iterator[WorkflowRunContext]:
+        """This scope and every scope below it, parents first."""
+        yield self
+        for step in self.graph.steps.values():
+            if isinstance(step, SubworkflowStep):
+                yield from self.child(step).scopes()
+
+    def task_id(self, step_id: str, *, result: bool = True) -> str:
+        """The Airflow task id of a step: for a subworkflow, the task that holds its result.
+
+        :param result: False gives, for a subworkflow, the task that opens it (where the edges
+            from the step's parents end, and what a router that picks it follows).
+        """
+        if isinstance(self.graph.steps.get(step_id), SubworkflowStep):
+            return f"{self._group_of(step_id)}.{RESULT_TASK if result else ENTER_TASK}"
         return self.task_ids.get(step_id) or safe_id(step_id)
+
+    def entry_task_id(self, step_id: str) -> str:
+        """The task the edges into a step end at: the step's own, or a subworkflow's opening task."""
+        return self.task_id(step_id, result=False)
+
+    def tasks_of(self, step_id: str) -> list[str]:
+        """Every task id of a step: its own, or a subworkflow's whole TaskGroup, recursively."""
+        step = self.graph.steps[step_id]
+        if not isinstance(step, SubworkflowStep):
+            return [self.task_id(step_id)]
+        child = self.child(step)
+        inner = [task for sid in child.graph.order for task in child.tasks_of(sid)]
+        return [self.entry_task_id(step_id), *inner, self.task_id(step_id)]
+
+    def qualified_id(self, step_id: str) -> str:
+        """A step's id in the whole run: ``<sub_id>.<child_id>`` below a subworkflow."""
+        if self.parent is None or self.scope_step is None:
+            return step_id
+        return f"{self.parent.qualified_id(self.scope_step.id)}.{step_id}"
+
+    @property
+    def budget_usd(self) -> float | None:
+        """The run-wide budget: the root workflow's ``config.budget_usd`` (a child's own is not used)."""
+        return self.root.workflow.config.budget_usd
+
+    def sandbox_config(self, base_dir: Path) -> SandboxConfig:
+        """The sandbox of this scope's built-in tools, attachments and webhooks.
+
+        The root's own ``config.sandbox``; a child's is :func:`~..tools._combine.combine_sandboxes`
+        of its parent's effective sandbox and its own (the spec page's table), its relative paths
+        resolved from ``base_dir``, the directory the run's tools run from.
+        """
+        if self.parent is None:
+            return self.workflow.config.sandbox
+        from airflow_provider_agentloom.tools._combine import combine_sandboxes
+
+        return combine_sandboxes(
+            self.parent.sandbox_config(base_dir), self.workflow.config.sandbox, base_dir=base_dir
+        )
+
+    def scope_base(
+        self,
+        pull: Callable[[str, str], Any],
+        overrides: Mapping[str, Any] | None,
+        on_missing: Callable[[str], None] | None = None,
+    ) -> dict[str, Any]:
+        """The state this scope's steps start from, before their ancestors' outputs.
+
+        The root: its ``state`` with the run's params and conf. A child that is not isolated: a
+        copy of the parent's state as the subworkflow step sees it (the child's own ``state`` is
+        ignored, as upstream). An isolated child: its own ``state`` plus ``input``, whose values
+        are templated against the parent's state (upstream copies them literally).
+
+        :param pull: ``pull(task_id, key)`` reads an XCom of this run.
+        """
+        from airflow_provider_agentloom.workflow.state import initial_state
+
+        if self.parent is None or self.scope_step is None:
+            return initial_state(self.workflow.state, overrides)
+        return self.child_base(
+            self.parent.state_for(self.scope_step.id, pull, overrides, on_missing), on_missing
+        )
+
+    def child_base(
+        self, parent_state: dict[str, Any], on_missing: Callable[[str], None] | None = None
+    ) -> dict[str, Any]:
+        """This child scope's start state, from the state its subworkflow step reads in the parent."""
+        from airflow_provider_agentloom.workflow.state import initial_state
+        from airflow_provider_agentloom.workflow.templates import resolve_value
+
+        step = self.scope_step
+        assert step is not None
+        if not step.isolated_state:
+            return parent_state
+        inputs = resolve_value(step.input, parent_state, on_missing)
+        return initial_state(self.workflow.state, inputs)
+
+    def state_for(
+        self,
+        step_id: str,
+        pull: Callable[[str, str], Any],
+        overrides: Mapping[str, Any] | None,
+        on_missing: Callable[[str], None] | None = None,
+    ) -> dict[str, Any]:
+        """The state ``step_id`` of this scope reads: the scope's base, then its ancestors' outputs."""
+        from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus
+        from airflow_provider_agentloom.workflow.state import rebuild_state, state_sources
+
+        base = self.scope_base(pull, overrides, on_missing)
+        results = []
+        for source in state_sources(self.graph, step_id):
+            task_id = self.task_id(source)
+            meta = StepMeta.from_xcom(pull(task_id, META_KEY))
+            if meta is None or meta.status == StepStatus.RUNNING:
+                continue  # skipped by Airflow or not run: it wrote nothing
+            value = pull(task_id, "return_value")
+            if meta.status == StepStatus.SUCCESS and value is None and not meta.output_is_none:
+                continue
+            results.append((source, self.graph.steps[source].output, value, meta.status))
+        return rebuild_state(base, results)
 
     def resolve_working_dir(self, run_id: str) -> Path:
         """Return (and create) the directory built-in tools run from for this run.
@@ -123,24 +306,41 @@ class WorkflowRunContext:
         from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 
         if self.tool_registry is not None:
-            return self.tool_registry
+            return self._given_registry(base_dir)
         if self.require_registry:
             raise StepError("this run has no tool registry: pass tool_registry= to WorkflowEngine")
-        from airflow_provider_agentloom import settings
-
-        try:
-            kernel_sandbox = settings.kernel_sandbox()
-        except ValueError as exc:
-            raise StepError(str(exc), retryable=False) from None
         registry = ToolRegistry()
         sandbox = ToolSandbox(
-            **self.workflow.config.sandbox.model_dump(), base_dir=base_dir, kernel_sandbox=kernel_sandbox
+            **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=_kernel_sandbox()
         )
         register_builtins(registry, sandbox=sandbox, base_dir=base_dir)
         custom = list(discover_entry_point_tools()) if self.discover_tools else []
         custom.extend(self.tools)
         for item in custom:
             registry.register(item, replace=True)
+        return registry
+
+    def _given_registry(self, base_dir: Path) -> ToolRegistry:
+        """The Python API's registry; in a subworkflow, its built-ins rebuilt under the combined sandbox.
+
+        The spec page: a child's built-in tools are rebuilt from the ``config.sandbox`` blocks and
+        from nothing else; the tools of your own stay as given.
+        """
+        given = self.tool_registry
+        assert given is not None
+        if self.parent is None:
+            return given
+        from airflow_provider_agentloom.tools.builtins import register_builtins
+        from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+
+        registry = given.copy()
+        sandbox = ToolSandbox(
+            **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=_kernel_sandbox()
+        )
+        scratch = ToolRegistry()
+        for builtin in register_builtins(scratch, sandbox=sandbox, base_dir=base_dir):
+            if builtin.name in registry:
+                registry.register(builtin, replace=True)
         return registry
 
     def gateway(self, base_dir: Path, *, mask: Mask | None = None) -> tuple[Any, str | None]:
@@ -176,3 +376,13 @@ class WorkflowRunContext:
         if "model" in config.model_fields_set or not connection_model:
             return config.model
         return connection_model
+
+
+def _kernel_sandbox() -> KernelSandboxMode:
+    """The provider's ``[agentloom] kernel_sandbox`` option (a bad value fails the step, not retried)."""
+    from airflow_provider_agentloom import settings
+
+    try:
+        return settings.kernel_sandbox()
+    except ValueError as exc:
+        raise StepError(str(exc), retryable=False) from None

@@ -23,7 +23,6 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceededError
 from airflow_provider_agentloom.operators.masking import TaskSecrets
 from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus, TokenUsage
-from airflow_provider_agentloom.workflow.state import initial_state, rebuild_state, state_sources
 from airflow_provider_agentloom.workflow.storable import storable_output
 
 if TYPE_CHECKING:
@@ -112,37 +111,34 @@ class StepRun(Generic[StepT]):
         """
         from airflow_provider_agentloom.operators.budget import recorded_spend
 
-        limit = self.operator.run_context.workflow.config.budget_usd
+        limit = self.operator.run_context.budget_usd
         if limit is None:
             return
         spent = recorded_spend(self.context["ti"], self.operator.run_context, exclude=self.step.id)
         if spent >= limit:
             raise BudgetExceededError(spent, limit)
 
-    def read_state(self) -> dict[str, Any]:
-        """Rebuild the state this step may read: initial state, params/conf, then upstream outputs.
+    def pull(self, task_id: str, key: str) -> Any:
+        """An XCom of this DAG run (``return_value``, the metadata key)."""
+        return self.context["ti"].xcom_pull(task_ids=task_id, key=key)
 
-        The state's redacted values become this run's secrets from here on.
-        """
-        run_context = self.operator.run_context
+    def overrides(self) -> dict[str, Any]:
+        """The run's state overrides: the DAG params, then the run conf."""
         overrides = dict(self.context.get("params") or {})
         conf = getattr(self.context.get("dag_run"), "conf", None)
         if conf:
             overrides.update(conf)
-        base = initial_state(run_context.workflow.state, overrides)
-        graph = run_context.graph
-        ti = self.context["ti"]
-        results = []
-        for source in state_sources(graph, self.step.id):
-            task_id = run_context.task_id(source)
-            value = ti.xcom_pull(task_ids=task_id, key="return_value")
-            meta = StepMeta.from_xcom(ti.xcom_pull(task_ids=task_id, key=META_KEY))
-            if meta is None or meta.status == StepStatus.RUNNING:
-                continue  # skipped by Airflow or not run: it wrote nothing
-            if meta.status == StepStatus.SUCCESS and value is None and not meta.output_is_none:
-                continue
-            results.append((source, graph.steps[source].output, value, meta.status))
-        state = rebuild_state(base, results)
+        return overrides
+
+    def read_state(self) -> dict[str, Any]:
+        """Rebuild the state this step may read: its scope's base state, then upstream outputs.
+
+        The root's base is the initial state with params and run conf; a subworkflow child's is
+        its scope's (``WorkflowRunContext.scope_base``). The state's redacted values become this
+        run's secrets from here on.
+        """
+        run_context = self.operator.run_context
+        state = run_context.state_for(self.step.id, self.pull, self.overrides(), self.operator.warn_missing)
         self.secrets = TaskSecrets(run_context.workflow, state)
         return state
 
@@ -157,6 +153,11 @@ class StepRun(Generic[StepT]):
         self._spent = outcome
         self._end(StepStatus.SUCCESS, None)
         return output
+
+    def end_as(self, status: StepStatus, error: str, *, budget_exceeded: bool = False) -> None:
+        """Push the metadata of a step that ends without output (a subworkflow whose child failed)."""
+        self.meta.budget_exceeded = budget_exceeded
+        self._end(status, error)
 
     def _end(self, status: StepStatus, error: str | None) -> None:
         meta, spent = self.meta, self._spent

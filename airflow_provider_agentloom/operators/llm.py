@@ -95,7 +95,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
 
     def _budget_guard(self, client: Any, context: Context) -> BudgetGuard | None:
         """With ``config.budget_usd``, a client that checks the run's budget before every model call."""
-        limit = self.run_context.workflow.config.budget_usd
+        limit = self.run_context.budget_usd
         if limit is None:
             return None
         ti = context["ti"]
@@ -217,7 +217,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         from airflow_provider_agentloom.llm.attachments import resolve_attachments
         from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 
-        sandbox = ToolSandbox(**self.run_context.workflow.config.sandbox.model_dump(), base_dir=base_dir)
+        sandbox = ToolSandbox(**self.run_context.sandbox_config(base_dir).model_dump(), base_dir=base_dir)
         return await resolve_attachments(
             step.attachments,
             sandbox=sandbox,

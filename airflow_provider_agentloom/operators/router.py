@@ -92,16 +92,13 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
         return [sid for sid in graph.order if sid != target and me in graph.explicit_parents.get(sid, ())]
 
     def _tasks_of(self, context: Context, step_ids: list[str]) -> list[DAGNode]:
-        """The tasks to skip for ``step_ids``: each step's task, or the root tasks of its task group."""
+        """The tasks to skip for ``step_ids``: each step's task, or a subworkflow's opening task.
+
+        Skipping a subworkflow's ``__start__`` skips its whole group (its children's trigger rules
+        and the ``__end__`` teardown follow).
+        """
         dag = context["ti"].task.dag
-        tasks: list[DAGNode] = []
-        for step_id in step_ids:
-            task_id = self.run_context.task_id(step_id)
-            if task_id in dag.task_dict:
-                tasks.append(dag.task_dict[task_id])
-            elif task_id in dag.task_group_dict:
-                tasks.extend(dag.task_group_dict[task_id].roots)
-        return tasks
+        return [dag.task_dict[self.run_context.entry_task_id(step_id)] for step_id in step_ids]
 
 
 def _decision_meta(decision: RouteDecision, not_chosen: list[str]) -> dict[str, Any]:

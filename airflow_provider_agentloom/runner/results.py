@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_agentloom.operators.context import WorkflowRunContext
+from airflow_provider_agentloom.workflow.models import SubworkflowStep
 from airflow_provider_agentloom.workflow.redaction import redact_state, redacted_key_patterns
 from airflow_provider_agentloom.workflow.results import (
     FAILURES,
@@ -45,7 +46,30 @@ class RunResultCollector:
         self.on_progress = on_progress
         self.logs_folder = logs_folder
         self._reported: dict[str, tuple[str, int]] = {}
-        self._step_of_task = {run_context.task_id(sid): sid for sid in run_context.graph.steps}
+        # Every scope's steps, a subworkflow's children as "<sub_id>.<child_id>" (see _scope_results).
+        self._step_of_task = {
+            scope.task_id(sid): scope.qualified_id(sid)
+            for scope in run_context.scopes()
+            for sid in scope.graph.steps
+        }
+        # A subworkflow's __start__ task -> its __end__ task (the one that reports the step).
+        self._openers = {
+            scope.entry_task_id(sid): scope.task_id(sid)
+            for scope in run_context.scopes()
+            for sid, step in scope.graph.steps.items()
+            if isinstance(step, SubworkflowStep)
+        }
+        self._closers = {end: start for start, end in self._openers.items()}
+        # Each child task -> the __start__ tasks of the subworkflows around it.
+        self._enclosing: dict[str, list[str]] = {}
+        for scope in run_context.scopes():
+            around, up = [], scope
+            while up.parent is not None and up.scope_step is not None:
+                around.append(up.parent.entry_task_id(up.scope_step.id))
+                up = up.parent
+            for sid in scope.graph.steps:
+                for task_id in {scope.task_id(sid), scope.entry_task_id(sid)}:
+                    self._enclosing[task_id] = around
         self._rank = {sid: rank for rank, sid in enumerate(run_context.graph.order)}
         self._lost: dict[tuple[str, int], str] = {}
         self.interrupted: str | None = None
@@ -85,9 +109,10 @@ class RunResultCollector:
         for ti in tis:
             state = ti.state
             event = "done" if state in final else "retry" if state == TaskInstanceState.UP_FOR_RETRY else None
-            if event is None:
+            if event is None or not self._reports_step(ti, tis):
                 continue
-            step_id = self._step_of_task.get(ti.task_id, ti.task_id)
+            task_id = self._openers.get(ti.task_id, ti.task_id)
+            step_id = self._step_of_task.get(task_id, task_id)
             if event == "done" and any(self.ctx.task_id(p) in unfinished for p in parents.get(step_id, ())):
                 continue  # a router skips its children before it ends: they print after it, next time
             mark = (str(state), int(ti.try_number or 0))
@@ -97,18 +122,35 @@ class RunResultCollector:
             ended.append((ti, event, step_id))
         # In the order the steps ended; a step never prints before a parent (a router's skips end first).
         ends: dict[str, datetime] = {}
-        for ti, _, step_id in sorted(ended, key=lambda item: self._rank.get(item[2], 0)):
+        for ti, _, step_id in sorted(ended, key=lambda item: self._rank_of(item[2])):
             own = ti.end_date or _NEVER
             ends[step_id] = max([own, *(ends[p] for p in parents.get(step_id, ()) if p in ends)])
-        ended.sort(key=lambda item: (ends[item[2]], self._rank.get(item[2], 0)))
+        ended.sort(key=lambda item: (ends[item[2]], self._rank_of(item[2])))
         for ti, event, step_id in ended:
             self.on_progress(self._step_result(session, ti, step_id, {})[0], event)
+
+    def _rank_of(self, step_id: str) -> int:
+        """Upstream order of a step; a subworkflow's child ranks with its subworkflow step."""
+        return self._rank.get(step_id, self._rank.get(step_id.split(".", 1)[0], 0))
+
+    def _reports_step(self, ti: Any, tis: list[Any]) -> bool:
+        """A subworkflow's step is reported by its __end__ task, or by its __start__ when that failed."""
+        from airflow.utils.state import TaskInstanceState
+
+        started = {t.task_id for t in tis if t.state == TaskInstanceState.SUCCESS}
+        if not all(opener in started for opener in self._enclosing.get(ti.task_id, ())):
+            return False  # inside a subworkflow that never started: its step reports it
+        if ti.task_id in self._openers:
+            return bool(ti.state == TaskInstanceState.FAILED)
+        opener = self._closers.get(ti.task_id)
+        if opener is not None and ti.state == TaskInstanceState.UPSTREAM_FAILED:
+            return not any(t.task_id == opener and t.state == TaskInstanceState.FAILED for t in tis)
+        return True
 
     def collect(
         self, session: Any, dag_run: Any, *, paused: bool = False, started: float | None = None
     ) -> RunResult:
         """Build the run's result from its task instances and their XComs."""
-        from airflow.utils.state import TaskInstanceState
 
         session.expire_all()
         tis = {ti.task_id: ti for ti in dag_run.get_task_instances(session=session)}
@@ -117,25 +159,16 @@ class RunResultCollector:
         results: dict[str, StepResult] = {}
         failures: dict[str, str] = {}
         budget_stopped: list[str] = []
-        for step_id in graph.order:
-            ti = tis.get(self.ctx.task_id(step_id))
-            if ti is None or ti.state in (None, TaskInstanceState.SCHEDULED, TaskInstanceState.QUEUED):
-                continue
-            result, meta = self._step_result(session, ti, step_id, failures, budget_stopped)
-            results[step_id] = result
-            if result.status in FAILURES:
-                failures[step_id] = result.error or result.status.value
-            elif meta is not None and meta.budget_exceeded:
-                budget_stopped.append(step_id)
-                failures[step_id] = result.error or ""
+        self._scope_results(session, tis, self.ctx, results, failures, budget_stopped)
         base = initial_state(self.ctx.workflow.state, self.conf)
-        state = final_state(base, ((sid, graph.steps[sid].output, r) for sid, r in results.items()))
+        own = {sid: r for sid, r in results.items() if sid in graph.steps}  # the children's are inside
+        state = final_state(base, ((sid, graph.steps[sid].output, r) for sid, r in own.items()))
         # Step outputs were masked by their tasks; a redacted key's own value is shown as its marker.
         state = redact_state(state, redacted_key_patterns(self.ctx.workflow.state_schema))
         status, error = run_outcome(results, budget_stopped=budget_stopped, paused=paused)
         if self.interrupted is not None:
             status, error = WorkflowStatus.FAILED, f"Run {self.interrupted}"
-        usage = sum((r.token_usage for r in results.values()), TokenUsage())
+        usage = sum((r.token_usage for r in own.values()), TokenUsage())
         return RunResult(
             workflow_name=self.ctx.workflow.name,
             status=status,
@@ -143,10 +176,48 @@ class RunResultCollector:
             step_results=results,
             final_state=state,
             total_tokens=usage.total_tokens,
-            total_cost_usd=round(sum(r.cost_usd for r in results.values()), 10),
+            total_cost_usd=round(sum(r.cost_usd for r in own.values()), 10),
             total_duration_ms=round((time.monotonic() - started) * 1000, 3) if started is not None else 0.0,
             error=error,
         )
+
+    def _scope_results(
+        self,
+        session: Any,
+        tis: Mapping[str, Any],
+        scope: WorkflowRunContext,
+        results: dict[str, StepResult],
+        failures: dict[str, str],
+        budget_stopped: list[str],
+    ) -> None:
+        """Add the results of ``scope``'s steps that ran, in upstream order.
+
+        A subworkflow's child steps come just before it, as ``<sub_id>.<child_id>`` (upstream
+        reports the subworkflow step only), when it started; its own result is its ``__end__``
+        task's, or its ``__start__`` task's when that one failed (a bad ``input``, the budget).
+        """
+        from airflow.utils.state import TaskInstanceState
+
+        not_run = (None, TaskInstanceState.SCHEDULED, TaskInstanceState.QUEUED)
+        for step_id in scope.graph.order:
+            step = scope.graph.steps[step_id]
+            ti = tis.get(scope.task_id(step_id))
+            if isinstance(step, SubworkflowStep):
+                opener = tis.get(scope.entry_task_id(step_id))
+                if opener is not None and opener.state == TaskInstanceState.SUCCESS:
+                    self._scope_results(session, tis, scope.child(step), results, failures, budget_stopped)
+                elif opener is not None and opener.state == TaskInstanceState.FAILED:
+                    ti = opener
+            if ti is None or ti.state in not_run:
+                continue
+            qualified = scope.qualified_id(step_id)
+            result, meta = self._step_result(session, ti, qualified, failures, budget_stopped, scope, step_id)
+            results[qualified] = result
+            if result.status in FAILURES:
+                failures[qualified] = result.error or result.status.value
+            elif meta is not None and meta.budget_exceeded:
+                budget_stopped.append(qualified)
+                failures[qualified] = result.error or ""
 
     def _step_result(
         self,
@@ -155,6 +226,8 @@ class RunResultCollector:
         step_id: str,
         failures: Mapping[str, str],
         budget_stopped: Sequence[str] = (),
+        scope: WorkflowRunContext | None = None,
+        local_id: str | None = None,
     ) -> tuple[StepResult, StepMeta | None]:
         """One step's result; ``failures`` are the earlier steps that failed or that the budget stopped."""
         from airflow.utils.state import TaskInstanceState
@@ -175,7 +248,10 @@ class RunResultCollector:
             status = StepStatus.SKIPPED
         error = meta.error if meta is not None and status != StepStatus.SUCCESS else None
         if state == TaskInstanceState.UPSTREAM_FAILED:
-            cause = next((a for a in reversed(self.ctx.graph.ancestors[step_id]) if a in failures), None)
+            scope = scope or self.ctx
+            ancestors = scope.graph.ancestors.get(local_id or step_id, ())
+            qualified = (scope.qualified_id(a) for a in reversed(ancestors))
+            cause = next((a for a in qualified if a in failures), None)
             if cause is not None and cause in budget_stopped:
                 error = failures[cause]
             elif cause is not None:

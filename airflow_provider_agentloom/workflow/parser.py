@@ -333,18 +333,24 @@ class _Validator:
         return issues
 
     def _load_child(self, relative: str, loc: Loc) -> Workflow:
-        candidates = [Path(relative)] if os.path.isabs(relative) else []
-        if not candidates:
-            if self.source != "<string>":
-                candidates.append(Path(self.source).resolve().parent / relative)
-            candidates.append(Path.cwd() / relative)
+        # Relative to the file that names it, never to the current directory (which only text
+        # without a file, such as "<string>", has to go by).
+        if os.path.isabs(relative):
+            candidates = [Path(relative)]
+        elif self.source.startswith("<"):
+            candidates = [Path.cwd() / relative]
+        else:
+            candidates = [Path(self.source).resolve().parent / relative]
         path = next((c for c in candidates if os.path.lexists(c)), None)
         if path is None:
             looked = ", ".join(str(c) for c in candidates)
             raise self.error(loc, f"workflow_path {relative!r} not found (looked in {looked})")
         key = str(path.resolve())
-        if key in self.stack or key == str(Path(self.source).resolve()):
-            raise self.error(loc, f"workflow_path {relative!r} includes itself")
+        here = str(Path(self.source).resolve())
+        if key in self.stack or key == here:
+            chain = [*self.stack, here]
+            cycle = " -> ".join([*chain[chain.index(key) :], key])
+            raise self.error(loc, f"workflow_path {relative!r} includes itself (a cycle of files: {cycle})")
         try:
             text = read_workflow_text(path, self.budget.limits)
         except WorkflowValidationError as exc:

@@ -1,0 +1,227 @@
+"""A ``subworkflow`` step: a TaskGroup of the child's steps, opened and closed by two tasks of its own.
+
+``dag_factory`` builds, for subworkflow step ``sub``, the TaskGroup ``sub`` holding:
+
+- ``sub.__start__`` (:class:`SubworkflowStartOperator`, an Airflow *setup* task): its trigger rule
+  is the parent's failure policy, the edges from ``sub``'s parents end here, and a router that
+  picks ``sub`` follows it. It checks the budget and works out the state the child starts from
+  (templating an isolated child's ``input``), so a bad ``input`` fails here, once;
+- one task per child step, ``sub.<child_id>``, with the child's own failure policy, retries, logs
+  and XCom (a child subworkflow is a nested TaskGroup);
+- ``sub.__end__`` (:class:`SubworkflowOperator`): trigger rule ``all_done_setup_success``, so it
+  runs once every child task is done, is skipped when ``__start__`` was (a router's skip passes
+  through) and is ``upstream_failed`` when ``__start__`` did not run for a failure above. It holds
+  the step's output (the child's final state, or its ``return_keys``), cost and tokens (the
+  child's totals), and its status: success exactly when every child step succeeded or was
+  skipped (by a child router); otherwise it fails with the child's first failed step's error,
+  without retry, or stops as a budget stop when the run's budget stopped a child step.
+
+The parent's dependents depend on ``sub.__end__``; the parent reads ``sub``'s output from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_agentloom.exceptions import StepError
+from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome, StepRun
+from airflow_provider_agentloom.workflow.models import StepType, SubworkflowStep
+from airflow_provider_agentloom.workflow.results import (
+    FAILURES,
+    META_KEY,
+    StepMeta,
+    StepResult,
+    StepStatus,
+    TokenUsage,
+    final_state,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_agentloom.operators.context import WorkflowRunContext
+
+__all__ = ["SubworkflowOperator", "SubworkflowStartOperator", "child_outcome", "step_result_of"]
+
+
+class SubworkflowStartOperator(AgentLoomStepOperator[SubworkflowStep]):
+    """Open a subworkflow: the budget check and the child's start state (see the module doc)."""
+
+    ui_color = "#ede7f6"
+    step_type: ClassVar[str] = "subworkflow"
+
+    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
+        child = self.run_context.child(self.step)
+        base = child.child_base(state, self.warn_missing)
+        mode = "isolated" if self.step.isolated_state else "a copy of the parent's state"
+        self.log.info(
+            "Subworkflow %s (%s) starts from %s: keys %s",
+            self.step.id,
+            child.workflow.name,
+            mode,
+            sorted(base),
+        )
+        return StepOutcome(output=None, extra={"child_workflow": child.workflow.name})
+
+
+class SubworkflowOperator(AgentLoomStepOperator[SubworkflowStep]):
+    """Close a subworkflow: its output, cost, tokens and status from the child's steps."""
+
+    ui_color = "#ede7f6"
+    step_type: ClassVar[str] = "subworkflow"
+
+    def execute(self, context: Context) -> Any:
+        from airflow_provider_agentloom.operators.masking import TaskSecrets
+
+        run = StepRun(self, context)
+        child = self.run_context.child(self.step)
+        with run.guard():
+            base = child.scope_base(run.pull, run.overrides(), self.warn_missing)
+            run.secrets = TaskSecrets(child.workflow, base)
+            results = child_results(child, run.pull, _task_states(context, child))
+            outcome = child_outcome(self.step, base, child, results)
+            failed, stopped = outcome.extra.pop("failed"), outcome.extra.pop("budget_stopped")
+            if failed is None and stopped is None:
+                return run.succeed(outcome)
+            run.spent(outcome.token_usage, outcome.cost_usd, **outcome.extra)
+            if failed is None:
+                run.end_as(StepStatus.SKIPPED, stopped, budget_exceeded=True)
+                self.log.error("Subworkflow %s was stopped by the budget: %s", self.step.id, stopped)
+                raise AirflowFailException(stopped)
+            raise StepError(failed, retryable=False)
+        raise AssertionError("unreachable")  # pragma: no cover - guard re-raises
+
+
+def _task_states(context: Context, child: WorkflowRunContext) -> dict[str, str]:
+    """The Airflow state of each task of the child's steps (empty when the API cannot tell)."""
+    ti = context["ti"]
+    task_ids = [tid for sid in child.graph.steps for tid in _tasks_of(child, sid)]
+    try:
+        found = ti.get_task_states(dag_id=ti.dag_id, task_ids=task_ids, run_ids=[ti.run_id])
+    except Exception:  # an older API server: the metadata alone decides
+        return {}
+    states = found.get(ti.run_id, found) if isinstance(found, Mapping) else {}
+    return {str(tid): str(state) for tid, state in states.items() if state is not None}
+
+
+def _tasks_of(scope: WorkflowRunContext, step_id: str) -> tuple[str, ...]:
+    if scope.graph.steps[step_id].type == StepType.SUBWORKFLOW:
+        return (scope.task_id(step_id), scope.entry_task_id(step_id))
+    return (scope.task_id(step_id),)
+
+
+class ChildResults(list[tuple[str, str | None, StepResult]]):
+    """``(step_id, output_path, result)`` of each child step in upstream order; ``budget_stopped``
+    holds the qualified ids of the steps the run's budget stopped (their metadata's typed flag)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.budget_stopped: list[str] = []
+
+
+def child_results(child: WorkflowRunContext, pull: Any, states: Mapping[str, str]) -> ChildResults:
+    """The result of each child step, in upstream order (see :class:`ChildResults`)."""
+    out = ChildResults()
+    for step_id in child.graph.order:
+        task_id = child.task_id(step_id)
+        entry = None
+        if child.graph.steps[step_id].type == StepType.SUBWORKFLOW:
+            entry_id = child.entry_task_id(step_id)
+            entry = (states.get(entry_id), StepMeta.from_xcom(pull(entry_id, META_KEY)))
+        meta = StepMeta.from_xcom(pull(task_id, META_KEY))
+        if _stopped(meta) or (entry is not None and _stopped(entry[1])):
+            out.budget_stopped.append(child.qualified_id(step_id))
+        result = step_result_of(
+            child.qualified_id(step_id), states.get(task_id), meta, pull(task_id, "return_value"), entry
+        )
+        out.append((step_id, child.graph.steps[step_id].output, result))
+    return out
+
+
+def step_result_of(
+    step_id: str,
+    ti_state: str | None,
+    meta: StepMeta | None,
+    output: Any,
+    entry: tuple[str | None, StepMeta | None] | None = None,
+) -> StepResult:
+    """One step's result from its task's Airflow state (None: unknown) and metadata.
+
+    :param entry: for a subworkflow step, the state and metadata of its ``__start__`` task: when
+        that task failed (a bad ``input``, the budget), the step's result is its.
+    """
+    if entry is not None and entry[1] is not None and entry[1].status != StepStatus.SUCCESS:
+        ti_state, meta, output = entry[0] or "failed", entry[1], None
+    if meta is not None and meta.budget_exceeded:
+        status = StepStatus.SKIPPED
+    elif ti_state == "success" or (
+        ti_state is None and meta is not None and meta.status != StepStatus.RUNNING
+    ):
+        status = meta.status if meta is not None else StepStatus.SUCCESS
+    elif ti_state in ("failed", "up_for_retry") or (ti_state is None and meta is not None):
+        status = (
+            StepStatus.TIMEOUT
+            if meta is not None and meta.status == StepStatus.TIMEOUT
+            else StepStatus.FAILED
+        )
+    elif ti_state == "upstream_failed":
+        status = StepStatus.SKIPPED
+    else:
+        status = StepStatus.SKIPPED
+    error = meta.error if meta is not None and status != StepStatus.SUCCESS else None
+    if status == StepStatus.FAILED and not error:
+        error = f"step {step_id!r} failed before it started (see its task log)"
+    if ti_state == "upstream_failed" and not error:
+        error = "skipped due to upstream failure"
+    return StepResult(
+        step_id=step_id,
+        status=status,
+        output=output if status == StepStatus.SUCCESS else None,
+        error=error,
+        attempts=meta.attempts if meta is not None else 0,
+        duration_ms=meta.duration_ms if meta is not None else 0.0,
+        token_usage=meta.token_usage if meta is not None else TokenUsage(),
+        cost_usd=meta.cost_usd if meta is not None else 0.0,
+        model=meta.model if meta is not None else None,
+        provider=meta.provider if meta is not None else None,
+    )
+
+
+def child_outcome(
+    step: SubworkflowStep,
+    base: Mapping[str, Any],
+    child: WorkflowRunContext,
+    results: ChildResults | Iterable[tuple[str, str | None, StepResult]],
+) -> StepOutcome:
+    """The subworkflow's outcome: the child's final state (or ``return_keys``) and totals.
+
+    ``extra["failed"]`` is the child's first failed step's error (None when none failed) and
+    ``extra["budget_stopped"]`` the budget's error when it stopped a child step.
+    """
+    rows = list(results)
+    stopped_ids = getattr(results, "budget_stopped", [])
+    state = final_state(base, rows)
+    output: Any = state
+    if step.return_keys is not None:
+        output = {key: state[key] for key in step.return_keys if key in state}
+    usage = sum((r.token_usage for _, _, r in rows), TokenUsage())
+    failed = next((r for _, _, r in rows if r.status in FAILURES), None)
+    stopped = next((r for _, _, r in rows if r.step_id in stopped_ids), None)
+    return StepOutcome(
+        output=output,
+        token_usage=usage,
+        cost_usd=round(sum(r.cost_usd for _, _, r in rows), 10),
+        extra={
+            "child_workflow": child.workflow.name,
+            "child_steps": {r.step_id: r.status.value for _, _, r in rows},
+            "failed": (failed.error or f"step {failed.step_id!r} {failed.status.value}") if failed else None,
+            "budget_stopped": stopped.error if stopped is not None else None,
+        },
+    )
+
+
+def _stopped(meta: StepMeta | None) -> bool:
+    return meta is not None and meta.budget_exceeded
