@@ -163,8 +163,8 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         The body is ``body_template`` rendered against the state plus ``run_id``, ``step_id`` and
         ``workflow_name`` (secrets masked), or upstream's default body with ``url``, the Required
         Actions page, when ``[api] base_url`` is set. It goes through ``tools.net.send_webhook``
-        under the step's sandbox (a subworkflow's combined one; 3 attempts, at most 5 s); the outcome is logged and kept in
-        the XCom ``webhook``.
+        under the step's sandbox (a subworkflow's combined one; 3 attempts, at most 5 s); the
+        outcome is logged and kept in the XCom ``webhook``.
         """
         config = self.step.notify
         if config is None:
