@@ -111,26 +111,42 @@ def test_repository_dags_folder_loads_without_errors(tmp_path: Path) -> None:
     assert "```yaml" in (snapshot.doc_md or "")
 
 
-ROUTER = """name: routed
+EVERY_STEP_TYPE = """name: every-type
 steps:
   - {id: first, type: tool, tool_name: shell_command, tool_args: {command: "echo hi"}}
   - id: pick
-    type: subworkflow
+    type: router
     depends_on: [first]
+    conditions: [{expression: "steps.first.status == 'success'", target: sub}]
+    default: other
+  - id: sub
+    type: subworkflow
+    depends_on: [pick]
     workflow_inline: {name: child, steps: [{id: x, type: tool, tool_name: shell_command}]}
-  - {id: done, type: tool, tool_name: shell_command, depends_on: [pick], tool_args: {command: "echo ok"}}
+  - {id: other, type: llm_call, depends_on: [pick], prompt: hi}
+  - {id: gate, type: approval_gate, depends_on: [sub]}
+  - {id: think, type: agent, depends_on: [gate], prompt: hi, tools: [file_read]}
 """
 
 
-def test_a_step_type_without_an_operator_is_reported_at_its_line(tmp_path: Path) -> None:
-    (tmp_path / "routed.yaml").write_text(ROUTER)
+def test_every_step_type_has_an_operator_and_loads(tmp_path: Path) -> None:
+    from airflow_provider_agentloom.operators.registry import OPERATORS
+    from airflow_provider_agentloom.workflow.models import StepType
+
+    assert set(OPERATORS) == set(StepType)
+    (tmp_path / "every.yaml").write_text(EVERY_STEP_TYPE)
     (tmp_path / "agentloom_dags.py").write_text(LOADER_PY)
     loader._CACHE.clear()
     bag = bag_of(tmp_path)
-    message = bag.import_errors["routed.yaml"]
-    assert (
-        f"{tmp_path / 'routed.yaml'}:5: steps[1].type: step 'pick': step type 'subworkflow' is not supported yet"
-        in message
+    assert bag.import_errors == {}
+    tasks = bag.dags["every-type"].task_dict
+    assert sorted(tasks) == sorted(
+        ["first", "pick", "sub.__start__", "sub.x", "sub.__end__", "other", "gate", "think"]
     )
-    assert "supported step types: tool, llm_call, agent, router, approval_gate" in message
-    assert list(bag.dags["routed"].task_dict) == ["invalid_workflow"]
+    assert {task.operator_name for task in tasks.values()} >= {
+        "RouterOperator",
+        "ApprovalGateOperator",
+        "ToolStepOperator",
+        "LLMCallOperator",
+        "AgentOperator",
+    }

@@ -457,6 +457,19 @@ class AirflowStack:
             raise AssertionError(f"trigger {dag_id} → {response.status_code}: {response.text}")
         return dict(response.json())
 
+    def answer_hitl(self, dag_id: str, run_id: str, task_id: str, chosen: list[str]) -> dict[str, Any]:
+        """Answer a human-in-the-loop task as the UI's Required Actions page does."""
+        assert self.client is not None
+        response = self.client.patch(
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails",
+            json={"chosen_options": chosen, "params_input": {}},
+        )
+        if response.status_code >= 400:
+            raise AssertionError(
+                f"answer {dag_id}/{run_id}/{task_id} → {response.status_code}: {response.text}"
+            )
+        return dict(response.json())
+
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 120.0) -> dict[str, Any]:
         def finished() -> dict[str, Any] | None:
             run = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")

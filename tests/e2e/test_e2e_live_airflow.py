@@ -67,6 +67,37 @@ steps:
      tool_args: {path: notes/answer.txt}, output: saved}
 """
 LLM_KEY = "sk-e2e-SECRET-7f3a9c2e41d05b86"
+
+# Control flow on the live stack: a router, a subworkflow (a TaskGroup of the same run) and an
+# approval gate (a human-in-the-loop task in awaiting_input, answered through the REST API).
+CONTROL_DAG = "e2e-control-flow"
+CONTROL_YAML = """
+name: e2e-control-flow
+state: {amount: 10}
+steps:
+  - id: classify
+    type: router
+    conditions:
+      - {expression: "state.amount > 100", target: review}
+    default: fast_track
+  - {id: fast_track, type: tool, depends_on: [classify], tool_name: shell_command,
+     tool_args: {command: "echo fast"}, output: fast}
+  - id: review
+    type: subworkflow
+    depends_on: [classify]
+    isolated_state: true
+    input: {amount: "{state.amount}"}
+    return_keys: [checked]
+    output: review
+    workflow_inline:
+      name: review-child
+      steps:
+        - {id: check, type: tool, tool_name: shell_command,
+           tool_args: {command: "echo checked {state.amount}"}, output: checked}
+  - {id: approve, type: approval_gate, depends_on: [review], output: decision}
+  - {id: finish, type: tool, depends_on: [approve], tool_name: shell_command,
+     tool_args: {command: "echo decision {state.decision}"}, output: done}
+"""
 FINAL_ANSWER = "42, saved to notes/answer.txt"
 
 
@@ -105,6 +136,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, model_server: LoopbackServer
     airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e"))
     airflow.prepare_dags()
     (airflow.dags_folder / "e2e_agent.yaml").write_text(AGENT_YAML, encoding="utf-8")
+    (airflow.dags_folder / "e2e_control_flow.yaml").write_text(CONTROL_YAML, encoding="utf-8")
     connection = {"conn_type": "agentloom_llm", "host": model_server.url, "password": LLM_KEY}
     airflow.extra_env["AIRFLOW_CONN_E2E_LLM"] = json.dumps(connection)
     airflow.database = f"agentloom_e2e_{airflow.run_key}"
@@ -117,7 +149,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, model_server: LoopbackServer
             airflow.wait_healthy()
             wait_for(
                 "the example DAGs to be listed",
-                lambda: {*EXAMPLE_DAGS, AGENT_DAG} <= set(airflow.dags()),
+                lambda: {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG} <= set(airflow.dags()),
                 timeout=90,
             )
             airflow.timings["start to DAGs listed"] = time.monotonic() - airflow.started_at
@@ -173,7 +205,7 @@ def test_examples_and_the_broken_file_are_listed(stack: AirflowStack) -> None:
         assert {tag["name"] for tag in placeholder["tags"]} == {"agentloom", "invalid"}
         assert "allowed_command" in placeholder["description"]
         tagged = {dag["dag_id"] for dag in stack.get("/api/v2/dags", tags="agentloom")["dags"]}
-        assert tagged == {*EXAMPLE_DAGS, AGENT_DAG, BROKEN_DAG_ID}
+        assert tagged == {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG, BROKEN_DAG_ID}
 
         # ... and an import error under the YAML's own path. Each bundle refresh (every 5 s here)
         # clears import errors of non-.py files until the loader is parsed again, so poll.
@@ -276,3 +308,56 @@ def test_agent_step_reaches_its_model_through_an_airflow_connection(
                 value = json.dumps(stack.xcom(AGENT_DAG, "e2e_agent_1", task_id, key=key))
                 assert LLM_KEY not in value
         assert not [path for path, text in texts.items() if LLM_KEY in text]
+
+
+@pytest.mark.timeout(240)
+def test_router_subworkflow_and_approval_gate_answered_through_the_rest_api(stack: AirflowStack) -> None:
+    run_id = "e2e_control_1"
+    with stack.explain_failure():
+        started = time.monotonic()
+        stack.trigger(CONTROL_DAG, run_id, {"amount": 500})
+
+        # The gate waits in awaiting_input (no worker slot), listed by the hitlDetails endpoint.
+        def waiting() -> dict[str, Any] | None:
+            listed = stack.get(f"/api/v2/dags/{CONTROL_DAG}/dagRuns/{run_id}/hitlDetails")
+            pending = [d for d in listed["hitl_details"] if not d["response_received"]]
+            return pending[0] if pending else None
+
+        detail = wait_for("the approval gate to wait for an answer", waiting, timeout=150)
+        assert detail["task_instance"]["task_id"] == "approve"
+        assert detail["task_instance"]["state"] == "awaiting_input"
+        assert detail["options"] == ["Approve", "Reject"]
+        assert detail["subject"] == f"Approve step 'approve' of workflow '{CONTROL_DAG}'?"
+        assert "checked 500" in (detail["body"] or "")  # the body shows what is approved
+        stack.timings[f"{run_id}: trigger to awaiting_input (wall)"] = time.monotonic() - started
+        # Answering the instant the task parks can race its own state write (airflow-handson 2d).
+        time.sleep(3)
+        stack.answer_hitl(CONTROL_DAG, run_id, "approve", ["Approve"])
+
+        run = stack.wait_run(CONTROL_DAG, run_id, timeout=150)
+        stack.timings[f"{run_id}: trigger to {run['state']} (wall)"] = time.monotonic() - started
+        states = stack.task_states(CONTROL_DAG, run_id)
+        assert run["state"] == "success", states
+        assert states == {
+            "classify": "success",
+            "fast_track": "skipped",  # not chosen by the router
+            "review.__start__": "success",
+            "review.check": "success",
+            "review.__end__": "success",
+            "approve": "success",
+            "finish": "success",
+        }
+
+        assert stack.xcom(CONTROL_DAG, run_id, "classify") == "review"
+        router_meta = stack.xcom(CONTROL_DAG, run_id, "classify", key="agentloom")
+        assert router_meta["status"] == "success"
+        assert router_meta["extra"]["skipped_children"] == ["fast_track"]
+        checked = stack.xcom(CONTROL_DAG, run_id, "review.check")
+        assert checked["stdout"] == "checked 500\n"  # the isolated child's templated input
+        assert stack.xcom(CONTROL_DAG, run_id, "review.__end__") == {"checked": checked}
+        assert stack.xcom(CONTROL_DAG, run_id, "approve") == "approved"
+        assert stack.xcom(CONTROL_DAG, run_id, "approve", key="agentloom")["status"] == "success"
+        assert stack.xcom(CONTROL_DAG, run_id, "finish")["stdout"] == "decision approved\n"
+        for task_id in ("classify", "review.check", "review.__end__", "approve", "finish"):
+            meta = stack.xcom(CONTROL_DAG, run_id, task_id, key="agentloom")
+            assert meta["status"] == "success", (task_id, meta)
