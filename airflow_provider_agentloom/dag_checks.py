@@ -17,7 +17,7 @@ from typing import Any
 from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError
 from airflow_provider_agentloom.operators.context import safe_id
 from airflow_provider_agentloom.workflow.models import Workflow
-from airflow_provider_agentloom.workflow.parser import issue_in
+from airflow_provider_agentloom.workflow.source import issue_in
 
 _FALLBACK_TAG_MAX_LEN = 100
 _FALLBACK_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")

@@ -14,7 +14,7 @@ from airflow_provider_agentloom.operators.router import RouterOperator
 from airflow_provider_agentloom.operators.subworkflow import SubworkflowOperator
 from airflow_provider_agentloom.operators.tool import ToolStepOperator
 from airflow_provider_agentloom.workflow.models import StepModel, StepType, SubworkflowStep, Workflow
-from airflow_provider_agentloom.workflow.parser import issue_in
+from airflow_provider_agentloom.workflow.source import issue_in
 
 OPERATORS: dict[StepType, type[AgentLoomStepOperator[Any]]] = {
     StepType.TOOL: ToolStepOperator,

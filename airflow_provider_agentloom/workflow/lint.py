@@ -18,6 +18,7 @@ from airflow_provider_agentloom.workflow.models import (
     ToolStep,
     Workflow,
 )
+from airflow_provider_agentloom.workflow.source import source_map_of
 from airflow_provider_agentloom.workflow.templates import check_template, iter_strings
 
 
@@ -31,9 +32,7 @@ class Finding:
 
 def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
     """Return the warnings and notes for ``workflow``, each with its line."""
-    from airflow_provider_agentloom.workflow.parser import _Validator
-
-    where = _Validator(workflow.source_text, workflow.source_path or "<string>")
+    where = source_map_of(workflow)
     index = {step.id: i for i, step in enumerate(workflow.steps)}
     findings: list[Finding] = []
 

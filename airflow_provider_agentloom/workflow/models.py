@@ -284,6 +284,7 @@ class Workflow(_Strict):
     _source_path: str | None = PrivateAttr(default=None)
     _source_text: str | None = PrivateAttr(default=None)
     _graph: object | None = PrivateAttr(default=None)
+    _source_map: object | None = PrivateAttr(default=None)  # workflow.source.SourceMap, made on first use
     _state_formats: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property

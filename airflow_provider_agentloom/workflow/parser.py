@@ -42,11 +42,10 @@ from airflow_provider_agentloom.workflow.models import (
     ToolStep,
     Workflow,
 )
+from airflow_provider_agentloom.workflow.source import Loc, SourceMap, format_loc
 from airflow_provider_agentloom.workflow.state import state_formats, to_json_data
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-Loc = tuple[str | int, ...]
 
 
 class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
@@ -177,7 +176,7 @@ class _Validator:
         self.stack = stack
         self.budget = budget or Budget.start(DEFAULT_LIMITS, source)
         self.depth_offset = depth_offset
-        self._root: yaml.Node | None = None
+        self.source_map = SourceMap(text, source)
 
     def validate(self, data: Any, prefix: Loc = ()) -> Workflow:
         if not isinstance(data, Mapping):
@@ -195,6 +194,8 @@ class _Validator:
         self.budget.deadline.check("validating the workflow")
         workflow._source_path = self.source if prefix == () else None
         workflow._source_text = self.text if prefix == () else None
+        if prefix == ():
+            workflow._source_map = self.source_map  # composed at most once, shared by later checks
         issues = self._json_values(workflow, prefix)
         issues += self._check_expressions(workflow, prefix)
         issues += self._resolve_subworkflows(workflow, data, prefix)
@@ -235,33 +236,13 @@ class _Validator:
     # -- errors ------------------------------------------------------------------------------
 
     def issue(self, loc: Loc, message: str, suggestion: str | None = None) -> ValidationIssue:
-        return ValidationIssue(self.source, self.line_of(loc), format_loc(loc), message, suggestion)
+        return self.source_map.issue(loc, message, suggestion)
 
     def error(self, loc: Loc, message: str, suggestion: str | None = None) -> WorkflowValidationError:
         return WorkflowValidationError([self.issue(loc, message, suggestion)])
 
     def line_of(self, loc: Loc) -> int | None:
-        if self.text is None:
-            return None
-        if self._root is None:
-            try:
-                self._root = yaml.compose(self.text, Loader=_BaseLoader)
-            except yaml.YAMLError:
-                return None
-        node = self._root
-        line = node.start_mark.line + 1 if node is not None else None
-        for part in loc:
-            if isinstance(node, yaml.MappingNode):
-                match = next((kv for kv in node.value if kv[0].value == str(part)), None)
-                if match is None:
-                    break
-                line, node = match[0].start_mark.line + 1, match[1]
-            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-                node = node.value[part]
-                line = node.start_mark.line + 1
-            else:
-                break
-        return line
+        return self.source_map.line_of(loc)
 
     def _pydantic_issues(
         self, exc: ValidationError, data: Mapping[str, Any], prefix: Loc
@@ -394,20 +375,6 @@ def graph_of(workflow: Workflow) -> StepGraph:
 
 
 # -- pydantic error helpers -------------------------------------------------------------------
-
-
-def issue_in(workflow: Workflow, loc: Loc, message: str) -> ValidationIssue:
-    """An issue found after loading (by the DAG factory, say), at its file and line when known."""
-    validator = _Validator(workflow.source_text, workflow.source_path or "<string>")
-    return validator.issue(loc, message)
-
-
-def format_loc(loc: Loc) -> str:
-    """Format a key path: ``config.sandbox.allowed_command``, ``steps[2].retry``."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def _split_key_path(path: str) -> Loc:
