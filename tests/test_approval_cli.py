@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import cli_env, run_cli
+from cli_support import CLI, cli_env, run_cli
 
 TESTS = Path(__file__).resolve().parent
 
@@ -108,3 +113,43 @@ def test_unknown_gate_flag_is_a_usage_error(setup: dict[str, Any]) -> None:
         _gate_answers(workflow, ["draft"], [])
     with pytest.raises(UsageError, match="both approved and rejected"):
         _gate_answers(workflow, ["approve"], ["approve"])
+
+
+def test_a_terminal_is_asked_and_the_answer_applies(setup: dict[str, Any], tmp_path: Path) -> None:
+    """On a terminal with no --approve/--reject, the CLI asks at the gate; ``y`` approves it."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CLI, "run", "wf.yaml", "--tools", "spine_tools", "--json"],
+        cwd=setup["work"],
+        env=setup["env"],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    os.close(slave)
+    try:
+        assert proc.stderr is not None
+        seen = b""
+        deadline = time.monotonic() + 240
+        while b"[y/N] " not in seen:  # the prompt ends without a newline, as a person sees it
+            assert time.monotonic() < deadline, seen.decode(errors="replace")[-3000:]
+            ready, _, _ = select.select([proc.stderr], [], [], 1.0)
+            if ready:
+                chunk = os.read(proc.stderr.fileno(), 4096)
+                assert chunk, f"the CLI ended before it asked: {seen.decode(errors='replace')[-3000:]}"
+                seen += chunk
+        assert b"Approve step 'approve'? [y/N] " in seen
+        os.write(master, b"y\n")
+        stdout, rest = proc.communicate(timeout=240)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    printed = (seen + rest).decode(errors="replace")
+    assert proc.returncode == 0, printed[-3000:]
+    document = json.loads(stdout)
+    assert document["status"] == "success"
+    assert document["final_state"]["decision"] == "approved"
+    assert document["step_results"]["finalise"]["status"] == "success"
+    assert "paused" not in printed.split("[y/N] ", 1)[1]  # answered: no pause, no resume hint
