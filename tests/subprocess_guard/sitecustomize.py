@@ -7,6 +7,7 @@ Opt-in host map, for a test that serves a public host's URLs from a loopback ser
 ``AGENTLOOM_TEST_HOST_MAP='name=127.0.0.1:PORT,other=127.0.0.1:PORT'``. A look-up of a listed name
 answers its loopback address, and a connection to that address's port 443 (the name's ``https``
 URLs) goes to ``PORT``. Every other name is still refused, and without the variable nothing changes.
+A malformed map is reported on stderr and ignored (the plain guard stays).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _host_map(text):
     return names, redirects
 
 
-_NAMES, _REDIRECTS = _host_map(os.environ.get("AGENTLOOM_TEST_HOST_MAP", ""))
+_NAMES, _REDIRECTS = {}, {}
 
 
 def _getaddrinfo(host, *args, **kwargs):
@@ -63,3 +64,6 @@ def _connect(sock, address):
 
 socket.getaddrinfo = _getaddrinfo
 socket.socket.connect = _connect
+# After the guard is in place: Python reports an error of sitecustomize on stderr and goes on, so a
+# bad map leaves the plain guard, never none.
+_NAMES, _REDIRECTS = _host_map(os.environ.get("AGENTLOOM_TEST_HOST_MAP", ""))
