@@ -19,8 +19,8 @@ directory it runs from, an Airflow home in a temporary directory, and a network 
 the CLI process itself (``sitecustomize`` on ``PYTHONPATH``: no DNS look-up and no connection
 except to loopback and the served names), so the results do not depend on whether the machine is
 online — and nothing leaves it. The table's runs go two at a time (see ``TableRuns``); ~8 s each,
-~17 s for the ones that retry, 20–35 s for the subworkflow examples (10 and 11 run 16 and 15
-tasks).
+~17 s for the ones that retry, 20–35 s for the subworkflow examples (10 and 11 report 18 and 16
+steps).
 """
 
 from __future__ import annotations
