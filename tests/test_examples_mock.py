@@ -1,28 +1,39 @@
 """Upstream's example corpus through ``agentloom run FILE --provider mock --json``, one CLI process each.
 
-The examples whose steps are only ``llm_call``, ``tool`` and ``router`` run offline on the mock
-provider: every model call answers from the example's own fixture when it names one, else with the
-default reply "Mock response" (which matches no router condition of the corpus: each router takes
-its default, and its other children are skipped). Those that need the internet or local media files fail, and each such row says
-why and checks that the error names that reason (the URL, the file path), so a failure for any
-other reason fails the test.
+Every one of the 33 examples is a row of ``CASES`` or in ``EXCLUDED`` with its reason. All step types
+run: llm_call, tool, router, subworkflow (its children reported as ``<sub_id>.<child_id>``) and
+approval_gate (answered in advance with ``--approve``/``--reject``, or the run pauses at it). Every
+model call answers from the example's own fixture when it names one, else with the default reply
+"Mock response" (which matches no router condition of the corpus: each router takes its default,
+and its other children are skipped — a skipped subworkflow reports its own step only).
+
+The ``http_request`` tool steps GET public URLs (jsonplaceholder.typicode.com, httpbin.org): a
+loopback HTTPS server answers them (``served_hosts``: fixed JSON bodies, a certificate from a test CA
+the CLI trusts with ``SSL_CERT_FILE``, and the network guard's host map sending those names to it).
+The examples that need other public hosts (image attachments) or local media files fail, and each
+such row says why and checks that the error names that reason (the URL, the file path), so a
+failure for any other reason fails the test.
 
 Every run gets a fresh copy of its example (plus the fixture folder it names) in a temporary
 directory it runs from, an Airflow home in a temporary directory, and a network guard loaded in
 the CLI process itself (``sitecustomize`` on ``PYTHONPATH``: no DNS look-up and no connection
-except to loopback), so the results do not depend on whether the machine is online — and nothing
-leaves it. The table's runs go two at a time (see ``TableRuns``); ~8 s each, ~17 s for the ones
-that retry.
+except to loopback and the served names), so the results do not depend on whether the machine is
+online — and nothing leaves it. The table's runs go two at a time (see ``TableRuns``); ~8 s each,
+~17 s for the ones that retry, 20–35 s for the subworkflow examples (10 and 11 report 18 and 16
+steps).
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import queue
 import re
 import shutil
+import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,12 +44,104 @@ from typing import Any
 import pytest
 import yaml
 from cli_support import cli_env, run_cli
+from tls_support import write_tls_files
 
 from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
 
 MOCK_DEFAULT_REPLY = "Mock response"
 CORPUS_TOOLS = Path(__file__).resolve().parent / "data" / "corpus_tools"
 PROGRESS_LINE = re.compile(r"^  (?:ok|FAILED|TIMEOUT|skipped|paused) +(\S+)  \(", re.MULTILINE)
+
+# The public URLs the examples' http_request tool steps GET, answered by a loopback HTTPS server
+# (``served_hosts``) with fixed bodies shaped like the real services' answers.
+_POSTS = [
+    {
+        "userId": 1,
+        "id": 1,
+        "title": "sunt aut facere repellat provident occaecati excepturi optio reprehenderit",
+        "body": "quia et suscipit\nsuscipit recusandae consequuntur expedita et cum",
+    },
+    {"userId": 1, "id": 2, "title": "qui est esse", "body": "est rerum tempore vitae\nsequi sint nihil"},
+    {
+        "userId": 1,
+        "id": 3,
+        "title": "ea molestias quasi exercitationem repellat qui ipsa sit aut",
+        "body": "et iusto sed quo iure\nvoluptatem occaecati omnis eligendi aut ad",
+    },
+]
+_USER = {
+    "id": 1,
+    "name": "Leanne Graham",
+    "username": "Bret",
+    "email": "Sincere@april.biz",
+    "address": {"street": "Kulas Light", "suite": "Apt. 556", "city": "Gwenborough", "zipcode": "92998-3874"},
+    "phone": "1-770-736-8031 x56442",
+    "website": "hildegard.org",
+    "company": {"name": "Romaguera-Crona", "catchPhrase": "Multi-layered client-server neural-net"},
+}
+SERVED: dict[str, Any] = {
+    "https://jsonplaceholder.typicode.com/posts/1": _POSTS[0],
+    "https://jsonplaceholder.typicode.com/users/1": _USER,
+    "https://jsonplaceholder.typicode.com/posts?_limit=3": _POSTS,
+    "https://httpbin.org/json": {
+        "slideshow": {
+            "author": "Yours Truly",
+            "date": "date of publication",
+            "title": "Sample Slide Show",
+            "slides": [{"title": "Wake up to WonderWidgets!", "type": "all"}],
+        }
+    },
+}
+SERVED_HOSTS = tuple(dict.fromkeys(url.split("/")[2] for url in SERVED))
+
+
+class _PublicHostHandler(http.server.BaseHTTPRequestHandler):
+    """GET of a ``SERVED`` URL (its host from the Host header): its JSON; anything else: 404."""
+
+    def do_GET(self) -> None:
+        host = self.headers.get("Host", "").split(":")[0]
+        body = SERVED.get(f"https://{host}{self.path}")
+        payload = json.dumps(body if body is not None else {"error": "not served"}).encode()
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ServedHosts:
+    """The loopback HTTPS server of ``SERVED`` and what a CLI process needs to reach it."""
+
+    env: dict[str, str]  # SSL_CERT_FILE (the test CA) and the network guard's host map
+
+
+@pytest.fixture(scope="module")
+def served_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedHosts]:
+    """A threading HTTPS server on 127.0.0.1 with a certificate for ``SERVED_HOSTS`` from a test CA.
+
+    The CLI processes trust the CA (``SSL_CERT_FILE``), and their network guard resolves those names
+    to 127.0.0.1 and sends their port 443 to the server (``AGENTLOOM_TEST_HOST_MAP``).
+    """
+    ca, cert, key = write_tls_files(tmp_path_factory.mktemp("tls"), *SERVED_HOSTS)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PublicHostHandler)
+    server.daemon_threads = True
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, name="served-hosts", daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    host_map = ",".join(f"{host}=127.0.0.1:{port}" for host in SERVED_HOSTS)
+    try:
+        yield ServedHosts({"SSL_CERT_FILE": str(ca), "AGENTLOOM_TEST_HOST_MAP": host_map})
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 @dataclass(frozen=True)
@@ -63,28 +166,12 @@ class Expect:
     args: tuple[str, ...] = ()  # more ``agentloom run`` arguments (an approval's answer)
     paused_at: str | None = None  # a paused run: the approval gate it waits at
     not_run: tuple[str, ...] = ()  # a paused run: the steps after the gate, which have no result yet
+    served: bool = False  # its http_request tool steps GET SERVED URLs, answered by ``served_hosts``
 
 
-def _routed(why: str, router: str, target: str, skipped: tuple[str, ...]) -> Expect:
+def _routed(why: str, router: str, target: str, skipped: tuple[str, ...], *, served: bool = False) -> Expect:
     """A router's example: the mock's reply matches no condition, so the default branch runs."""
-    return Expect("success", why, skipped=skipped, route=(router, target))
-
-
-def _no_dns_tool(step: str, url: str, skipped: tuple[str, ...]) -> Expect:
-    """An ``http_request`` tool step to a public host: refused offline, retried, its dependents skipped."""
-    host = url.split("/")[2]
-    shown = url.split("?", 1)[0]  # the error shows the URL without its query
-    return Expect(
-        "failed",
-        f"needs internet: tool step http_request GET {url}",
-        failed_step=step,
-        attempts=4,
-        error_parts=(
-            f"Tool 'http_request' failed: ConnectError: GET {shown}:",
-            f"DNS look-up of '{host}' refused",
-        ),
-        skipped=skipped,
-    )
+    return Expect("success", why, skipped=skipped, route=(router, target), served=served)
 
 
 def _no_dns(url: str, host: str, step: str, skipped: tuple[str, ...] = ()) -> Expect:
@@ -118,17 +205,9 @@ CASES: dict[str, Expect] = {
     "01": Expect("success", "one llm_call"),
     "02": Expect("success", "three chained llm_calls"),
     "04": Expect(
-        "failed",
-        "needs internet: tool step http_request GET https://httpbin.org/json",
-        failed_step="fetch_data",
-        attempts=4,  # seed tools page: every error a tool raises is retried
-        # The product's text names the tool, the request and the transport error; the host comes from the
-        # resolver's own error (here the guard's, offline the system's "Name or service not known").
-        error_parts=(
-            "Tool 'http_request' failed: ConnectError: GET https://httpbin.org/json:",
-            "DNS look-up of 'httpbin.org' refused",
-        ),
-        skipped=("analyze",),
+        "success",
+        "http_request GET https://httpbin.org/json (the URL from the state), one llm_call",
+        served=True,
     ),
     "03": _routed(
         "classify + router with a default", "route", "handle_general", ("handle_billing", "handle_technical")
@@ -139,24 +218,48 @@ CASES: dict[str, Expect] = {
         "send_to_review",
         ("publish", "auto_reject"),
     ),
-    "06": _no_dns_tool(
-        "enrich_company",
-        "https://jsonplaceholder.typicode.com/users/1",
-        ("score_lead", "route", "draft_outreach", "nurture_sequence", "log_and_archive"),
+    "06": _routed(
+        "http_request GET https://jsonplaceholder.typicode.com/users/1 and an llm_call in parallel, "
+        "a score, a lead router",
+        "route",
+        "log_and_archive",
+        ("draft_outreach", "nurture_sequence"),
+        served=True,
     ),
-    "07": _no_dns_tool(
-        "fetch_deploys",
-        "https://jsonplaceholder.typicode.com/posts?_limit=3",
-        (
-            "analyze",
-            "classify_severity",
-            "route",
-            "incident_response",
-            "create_ticket",
-            "add_to_backlog",
-        ),
+    "07": _routed(
+        "http_request GET https://jsonplaceholder.typicode.com/posts?_limit=3, two llm_calls, a "
+        "severity router",
+        "route",
+        "add_to_backlog",
+        ("incident_response", "create_ticket"),
+        served=True,
     ),
     "08": Expect("success", "four chained llm_calls"),
+    # A subworkflow's child steps are reported as "<sub_id>.<child_id>"; one a router skipped reports
+    # only its own step, skipped.
+    "09": _routed(
+        "two http_request GETs of jsonplaceholder.typicode.com in parallel, four parallel checks, an "
+        "aggregate, a risk router whose 'high' target is an inline subworkflow of three llm_calls",
+        "route_risk",
+        "approve_order",
+        ("deep_investigation", "enhanced_review"),
+        served=True,
+    ),
+    "10": Expect(
+        "success",
+        "http_request GET https://jsonplaceholder.typicode.com/posts/1, three parallel inline "
+        "subworkflows of four chained llm_calls each, two llm_calls",
+        served=True,
+    ),
+    "11": _routed(
+        "http_request GET https://jsonplaceholder.typicode.com/posts/1, two parallel inline "
+        "subworkflows of three llm_calls and an llm_call, an aggregate, a decision router whose "
+        "'approve' target is an inline subworkflow of two llm_calls",
+        "route_decision",
+        "assign_adjuster",
+        ("auto_approve", "deny_claim"),
+        served=True,
+    ),
     "12": _routed(
         "two shell_command (echo) tools, two llm_calls, a severity router",
         "route",
@@ -233,7 +336,7 @@ CASES: dict[str, Expect] = {
     "35": Expect("success", "llm_call with a model tool call, on its committed fixture"),
 }
 
-# Examples whose steps are only llm_call, tool and router but that are left out of the table above.
+# Examples left out of the table above, with the reason.
 EXCLUDED = {
     "18": "tool steps only, refused by the sandbox by design; each refusal's reason is checked by "
     "tests/test_tool_wiring.py and tests/tools/test_example_18.py",
@@ -265,8 +368,19 @@ def example_file(examples_dir: Path, example_id: str) -> Path:
     return found
 
 
-def run_example(examples_dir: Path, example_id: str, tmp_path: Path, home: Path, *extra: str) -> ExampleRun:
-    """Copy the example (and the fixture folder it names) to ``tmp_path/work`` and run it from there."""
+def run_example(
+    examples_dir: Path,
+    example_id: str,
+    tmp_path: Path,
+    home: Path,
+    *extra: str,
+    served: ServedHosts | None = None,
+) -> ExampleRun:
+    """Copy the example (and the fixture folder it names) to ``tmp_path/work`` and run it from there.
+
+    With ``served``, the run reaches the ``SERVED`` URLs on the loopback server; without it, it
+    reaches no public host.
+    """
     source = example_file(examples_dir, example_id)
     workflow = yaml.safe_load(source.read_text(encoding="utf-8"))
     work = tmp_path / "work"
@@ -283,7 +397,7 @@ def run_example(examples_dir: Path, example_id: str, tmp_path: Path, home: Path,
         extra = ("--tools", tools, *extra)
     if example_id in CASES:
         extra = (*CASES[example_id].args, *extra)
-    env = cli_env(home)
+    env = cli_env(home, **(served.env if served is not None else {}))
     started = time.monotonic()
     proc = run_cli("run", source.name, "--provider", "mock", "--json", *extra, cwd=work, env=env)
     return ExampleRun(proc, workflow, work, home, time.monotonic() - started, example_id)
@@ -299,9 +413,10 @@ class TableRuns:
 
     WORKERS = 2
 
-    def __init__(self, base: Path, selected: list[str]) -> None:
+    def __init__(self, base: Path, selected: list[str], served: ServedHosts) -> None:
         self.base = base
         self.selected = selected
+        self.served = served
         self.homes: queue.Queue[Path] = queue.Queue()
         for index in range(self.WORKERS):
             self.homes.put(base / f"home-{index}")
@@ -320,7 +435,10 @@ class TableRuns:
             Path(folder).mkdir(parents=True, exist_ok=True)
         home = self.homes.get()
         try:
-            return run_example(examples_dir, example_id, self.base / f"example-{example_id}", home)
+            served = self.served if CASES[example_id].served else None
+            return run_example(
+                examples_dir, example_id, self.base / f"example-{example_id}", home, served=served
+            )
         finally:
             self.homes.put(home)
 
@@ -331,25 +449,23 @@ class TableRuns:
 
 @pytest.fixture(scope="module")
 def table_runs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, served_hosts: ServedHosts
 ) -> Iterator[TableRuns]:
     selected = [
         str(item.callspec.params["example_id"])
         for item in request.session.items
         if isinstance(item, pytest.Function) and item.originalname == "test_example_runs_on_the_mock_provider"
     ]
-    runs = TableRuns(tmp_path_factory.mktemp("examples"), selected)
+    runs = TableRuns(tmp_path_factory.mktemp("examples"), selected, served_hosts)
     yield runs
     runs.close()
 
 
-def test_the_table_covers_every_llm_call_tool_and_router_only_example(examples_dir: Path) -> None:
-    only_llm_and_tools = set()
-    for path in examples_dir.glob("*.yaml"):
-        steps = yaml.safe_load(path.read_text(encoding="utf-8"))["steps"]
-        if {step["type"] for step in steps} <= {"llm_call", "tool", "router", "approval_gate"}:
-            only_llm_and_tools.add(path.name.split("_", 1)[0])
-    assert only_llm_and_tools == set(CASES) | set(EXCLUDED)
+def test_the_table_covers_every_example(examples_dir: Path) -> None:
+    """Each of the corpus's examples is a row of the table or excluded with its reason."""
+    examples = {path.name.split("_", 1)[0] for path in examples_dir.glob("*.yaml")}
+    assert len(examples) == 33
+    assert examples == set(CASES) | set(EXCLUDED)
     assert not set(CASES) & set(EXCLUDED)
 
 
@@ -368,7 +484,7 @@ def test_example_runs_on_the_mock_provider(
     document = run.document
     steps = document["step_results"]
     assert document["status"] == expect.status, (expect.why, document["error"], run.proc.stderr[-3000:])
-    assert set(steps) == {step["id"] for step in run.workflow["steps"]} - set(expect.not_run)
+    assert set(steps) == set(reported_steps(run)), expect.why
     check_progress_order(run)
     if expect.status == "paused":
         assert run.proc.returncode == 0
@@ -396,45 +512,92 @@ def test_example_runs_on_the_mock_provider(
     assert all(steps[step_id]["status"] == "success" for step_id in others)
 
 
+@dataclass(frozen=True)
+class Reported:
+    """A step the run reports: its YAML, and the reported steps that must end before it does."""
+
+    step: dict[str, Any]
+    after: tuple[str, ...]
+    child: bool  # inside a subworkflow: its output goes to the child's state
+
+
+def reported_steps(run: ExampleRun) -> dict[str, Reported]:
+    """The results a run reports, by id: every step but a paused run's ``not_run``, and the children
+    of each subworkflow that started (``<sub_id>.<child_id>``, recursively) just before the
+    subworkflow's own step. A subworkflow a router skipped reports its own step only."""
+    expect = CASES.get(run.example_id)
+    not_run = set(expect.not_run if expect else ())
+    skipped = set(expect.skipped if expect else ())
+    found: dict[str, Reported] = {}
+
+    def add(steps: list[dict[str, Any]], prefix: str, entry: tuple[str, ...]) -> None:
+        for step in steps:
+            sid = prefix + step["id"]
+            if sid in not_run:
+                continue
+            after = tuple(prefix + parent for parent in step.get("depends_on") or []) or entry
+            children: list[str] = []
+            if step["type"] == "subworkflow" and sid not in skipped:
+                inline = step["workflow_inline"]["steps"]
+                add(inline, f"{sid}.", after)
+                children = [f"{sid}.{child['id']}" for child in inline]
+            found[sid] = Reported(step, (*after, *children), child=bool(prefix))
+
+    add(run.workflow["steps"], "", ())
+    return found
+
+
 def check_progress_order(run: ExampleRun) -> None:
-    """The progress lines (stderr) name every step once, never a step before one it depends on."""
-    names = {step["id"] for step in run.workflow["steps"]} - set(
-        CASES[run.example_id].not_run if run.example_id in CASES else ()
-    )
+    """The progress lines (stderr) name every reported step once, never a step before one it waits for
+    (a subworkflow's children after the steps it depends on, and before its own step)."""
+    reported = reported_steps(run)
     order = PROGRESS_LINE.findall(run.proc.stderr)
-    assert sorted(order) == sorted(names), run.proc.stderr[-3000:]
-    for step in run.workflow["steps"]:
-        if step["id"] not in names:
-            continue
-        for parent in step.get("depends_on") or []:
-            assert order.index(parent) < order.index(step["id"]), (parent, step["id"], order)
+    assert sorted(order) == sorted(reported), run.proc.stderr[-3000:]
+    for sid, entry in reported.items():
+        for parent in entry.after:
+            assert order.index(parent) < order.index(sid), (parent, sid, order)
 
 
 def check_success(run: ExampleRun, expect: Expect) -> None:
-    """Every step succeeded at once, but a router's skipped branches; outputs reached the state; model
-    steps answered as the mock does."""
+    """Every step succeeded at once, but a router's skipped branches; outputs reached the state (a
+    subworkflow's children: the child's state, its output); model steps answered as the mock does;
+    http_request steps got the loopback server's answer."""
     document = run.document
     has_fixture = bool((run.workflow.get("config") or {}).get("responses_file"))
     if expect.route is not None:
         router, target = expect.route
         assert document["step_results"][router]["output"] == target
         assert document["final_state"]["steps"][router] == {"output": target, "status": "success"}
-    for step in run.workflow["steps"]:
-        result = document["step_results"][step["id"]]
-        if step["id"] in expect.skipped:  # not chosen by a router: skipped, with no error (upstream)
+    reported = reported_steps(run)
+    for sid, entry in reported.items():
+        step = entry.step
+        result = document["step_results"][sid]
+        if sid in expect.skipped:  # not chosen by a router: skipped, with no error (upstream)
             assert (result["status"], result["error"], result["attempts"]) == ("skipped", None, 0)
-            assert step["id"] not in document["final_state"]["steps"]
+            assert sid not in document["final_state"]["steps"]
             continue
-        assert result["status"] == "success", (step["id"], result["error"])
+        assert result["status"] == "success", (sid, result["error"])
         assert result["attempts"] == 1
-        if step.get("output"):
+        if step.get("output") and not entry.child:
             assert document["final_state"][step["output"]] == result["output"]
+        if step["type"] == "subworkflow":  # its output: the child's final state (no return_keys here)
+            for child in step["workflow_inline"]["steps"]:
+                if child.get("output"):
+                    child_result = document["step_results"][f"{sid}.{child['id']}"]
+                    assert result["output"][child["output"]] == child_result["output"]
         if step["type"] == "approval_gate":
             answer = "rejected" if "--reject" in expect.args else "approved"
             assert result["output"] == answer
         if step["type"] == "llm_call" and not has_fixture:
             assert result["output"] == MOCK_DEFAULT_REPLY
             assert result["provider"] == "mock"
+        if step["type"] == "tool" and step["tool_name"] == "http_request":
+            url = step["tool_args"]["url"]
+            if url.startswith("state."):  # upstream: a tool argument "state.KEY" is that state value
+                url = run.workflow["state"][url.removeprefix("state.")]
+            assert expect.served, f"{sid} GETs {url}: mark the row served=True or say why it fails"
+            assert result["output"]["status_code"] == 200, (sid, url)
+            assert json.loads(result["output"]["body"]) == SERVED[url], (sid, url)
 
 
 @pytest.mark.timeout(300)
