@@ -68,7 +68,9 @@ def test_approve_in_advance(setup: dict[str, Any]) -> None:
 
 def test_paused_then_runs_then_resume_with_reject(setup: dict[str, Any], tmp_path: Path) -> None:
     work, env = setup["work"], setup["env"]
-    paused = run_cli("run", "wf.yaml", "--tools", "spine_tools", "--json", cwd=work, env=env)
+    paused = run_cli(
+        "run", "wf.yaml", "--tools", "spine_tools", "--state", "topic=sales", "--json", cwd=work, env=env
+    )  # fmt: skip
     assert paused.returncode == 0, paused.stderr[-3000:]
     document = _document(paused)
     run_id = document["run_id"]
@@ -95,6 +97,8 @@ def test_paused_then_runs_then_resume_with_reject(setup: dict[str, Any], tmp_pat
     assert document["final_state"]["decision"] == "rejected"
     assert document["final_state"]["result"] == {"decision": "rejected"}  # rejection is data
     assert document["step_results"]["draft"]["attempts"] == 1  # not run again
+    assert document["final_state"]["topic"] == "sales"  # the --state override, from the run's conf
+    assert document["final_state"]["draft_text"]["text"] == "draft about sales"
     assert "Resuming workflow: gated-cli" in resumed.stderr
     assert "draft" not in resumed.stderr.split("Resuming workflow", 1)[1].split("gated-cli: success")[0]
 

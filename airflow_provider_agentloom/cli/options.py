@@ -31,9 +31,14 @@ class RunOptions:
     tools: tuple[str, ...] = ()
 
     def to_record(self) -> dict[str, Any]:
-        """JSON data for the home's run history."""
+        """JSON data for the home's run history, without the ``--state`` values.
+
+        They may hold secrets (a ``redact: true`` key); the DAG run's conf keeps them, as Airflow
+        keeps every run's conf, and ``resume`` reads them from there.
+        """
         data = dataclasses.asdict(self)
         data["tools"] = list(self.tools)
+        del data["state"]
         return data
 
     @classmethod
