@@ -6,10 +6,12 @@ another thread held (seen here: task processes stuck inside pydantic-core). This
 shape as Airflow's own LocalExecutor with an api-server:
 
 - the API server process serves Airflow's Task Execution API on 127.0.0.1 (a random port, JWT
-  auth with the home's secret), starting on a socket bound before the fork. It builds its
-  versioned routes on its first request, which takes seconds of CPU (more on a busy machine),
-  so it says when that is done and no task starts before (:meth:`ApiServer.wait_ready`): a
-  task whose first request waited behind that build timed out and died before its step began;
+  auth with the home's secret), starting on a socket bound before the fork. It serves only the
+  API version the installed task SDK speaks (:func:`_serve_installed_api_version_only`): its
+  tasks are forked from this installation, so older versions are never asked for, and building
+  all nine versions' routes cost about 4–5 s of CPU per run. It builds its routes on its first
+  request, so it says when that is done and no task starts before (:meth:`ApiServer.wait_ready`):
+  a task whose first request waited behind that build timed out and died before its step began;
 - each task gets a supervisor process (``supervise_task``) that forks the task process; the
   task runs in its process's main thread, so ``execution_timeout`` works.
 
@@ -174,10 +176,47 @@ class ApiServer:
             os.close(self.ready_fd)
 
 
+def _serve_installed_api_version_only() -> bool:  # pragma: no cover - runs in the child
+    """Make this (private) server's Execution API app serve only the installed SDK's version.
+
+    Airflow's Execution API is versioned with Cadwyn, which builds the routes of every version
+    (nine in Airflow 3.3) on the first request, translating each request between versions. The
+    tasks this server serves are forked from this installation, so they send the newest version
+    (``API_VERSION`` of the SDK's client): the app is built for it alone, without the
+    compatibility routes that exist only in older versions. When the installed versions do not
+    line up that way, nothing changes and the whole app is built. Only this forked server
+    process is changed; Airflow's own api-server never runs this.
+    """
+    try:
+        from airflow.api_fastapi.execution_api import versions
+        from airflow.api_fastapi.execution_api.routes import execution_api_router
+        from airflow.sdk.api.datamodels._generated import API_VERSION  # what the client sends
+        from cadwyn import Version, VersionBundle, route_generation
+        from fastapi.routing import APIRoute
+
+        full = versions.bundle
+        if not full.versions or full.versions[0].value != API_VERSION:
+            return False
+        only_older = getattr(route_generation, "_DELETED_ROUTE_TAG", "_CADWYN_DELETED_ROUTE")
+        kept = [
+            route
+            for route in execution_api_router.routes
+            if not (isinstance(route, APIRoute) and only_older in route.tags)
+        ]
+        latest = VersionBundle(full.head_version, Version(API_VERSION))
+    except Exception:  # an Airflow or Cadwyn whose layout we do not know: build everything
+        log.debug("Serving every Execution API version", exc_info=True)
+        return False
+    execution_api_router.routes[:] = kept
+    versions.bundle = latest
+    return True
+
+
 def _serve(sock: socket.socket, port: int, ready_fd: int) -> None:  # pragma: no cover - runs in the child
     import uvicorn
     from airflow.api_fastapi.app import create_app
 
+    _serve_installed_api_version_only()
     app = create_app(apps="execution")
     server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on", access_log=False))
 
