@@ -37,6 +37,8 @@ from airflow_provider_agentloom.workflow.results import (
     StepStatus,
     TokenUsage,
     final_state,
+    step_result,
+    step_status,
 )
 
 if TYPE_CHECKING:
@@ -155,39 +157,13 @@ def step_result_of(
     """
     if entry is not None and entry[1] is not None and entry[1].status != StepStatus.SUCCESS:
         ti_state, meta, output = entry[0] or "failed", entry[1], None
-    if meta is not None and meta.budget_exceeded:
-        status = StepStatus.SKIPPED
-    elif ti_state == "success" or (
-        ti_state is None and meta is not None and meta.status != StepStatus.RUNNING
-    ):
-        status = meta.status if meta is not None else StepStatus.SUCCESS
-    elif ti_state in ("failed", "up_for_retry") or (ti_state is None and meta is not None):
-        status = (
-            StepStatus.TIMEOUT
-            if meta is not None and meta.status == StepStatus.TIMEOUT
-            else StepStatus.FAILED
-        )
-    elif ti_state == "upstream_failed":
-        status = StepStatus.SKIPPED
-    else:
-        status = StepStatus.SKIPPED
+    status = step_status(ti_state, meta)
     error = meta.error if meta is not None and status != StepStatus.SUCCESS else None
     if status == StepStatus.FAILED and not error:
         error = f"step {step_id!r} failed before it started (see its task log)"
     if ti_state == "upstream_failed" and not error:
         error = "skipped due to upstream failure"
-    return StepResult(
-        step_id=step_id,
-        status=status,
-        output=output if status == StepStatus.SUCCESS else None,
-        error=error,
-        attempts=meta.attempts if meta is not None else 0,
-        duration_ms=meta.duration_ms if meta is not None else 0.0,
-        token_usage=meta.token_usage if meta is not None else TokenUsage(),
-        cost_usd=meta.cost_usd if meta is not None else 0.0,
-        model=meta.model if meta is not None else None,
-        provider=meta.provider if meta is not None else None,
-    )
+    return step_result(step_id, status, meta, output, error)
 
 
 def child_outcome(

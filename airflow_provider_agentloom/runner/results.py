@@ -22,6 +22,8 @@ from airflow_provider_agentloom.workflow.results import (
     WorkflowStatus,
     final_state,
     run_outcome,
+    step_result,
+    step_status,
 )
 from airflow_provider_agentloom.workflow.state import initial_state
 
@@ -235,17 +237,7 @@ class RunResultCollector:
         meta = StepMeta.from_xcom(_xcom(session, ti, META_KEY))
         output = _xcom(session, ti, "return_value")
         state = ti.state
-        if meta is not None and meta.budget_exceeded:
-            status = StepStatus.SKIPPED
-        elif state == TaskInstanceState.SUCCESS:
-            status = meta.status if meta is not None else StepStatus.SUCCESS
-        elif state in (TaskInstanceState.FAILED, TaskInstanceState.UP_FOR_RETRY):
-            timed_out = meta is not None and meta.status == StepStatus.TIMEOUT
-            status = StepStatus.TIMEOUT if timed_out else StepStatus.FAILED
-        elif state == TaskInstanceState.AWAITING_INPUT:
-            status = StepStatus.PAUSED
-        else:
-            status = StepStatus.SKIPPED
+        status = step_status(state, meta)
         error = meta.error if meta is not None and status != StepStatus.SUCCESS else None
         if state == TaskInstanceState.UPSTREAM_FAILED:
             scope = scope or self.ctx
@@ -265,17 +257,13 @@ class RunResultCollector:
                 (ti.task_id, int(ti.try_number or 0)),
                 "the task failed before the step started (see the task log)",
             )
-        result = StepResult(
-            step_id=step_id,
-            status=status,
-            output=output if status == StepStatus.SUCCESS else None,
-            error=error,
-            attempts=(meta.attempts if meta is not None else 0) or int(ti.try_number or 0),
-            duration_ms=meta.duration_ms if meta is not None else 0.0,
-            token_usage=meta.token_usage if meta is not None else TokenUsage(),
-            cost_usd=meta.cost_usd if meta is not None else 0.0,
-            model=meta.model if meta is not None else None,
-            provider=meta.provider if meta is not None else None,
+        result = step_result(
+            step_id,
+            status,
+            meta,
+            output,
+            error,
+            attempts=int(ti.try_number or 0),
             log_file=self._log_file(ti),
         )
         return result, meta

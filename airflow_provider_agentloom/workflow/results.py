@@ -134,6 +134,56 @@ class RunResult(BaseModel):
     error: str | None = None
 
 
+def step_status(ti_state: str | None, meta: StepMeta | None) -> StepStatus:
+    """A step's status from its task's Airflow state (None: not known) and the metadata it pushed.
+
+    A budget stop is ``skipped``; a task that succeeded has the status its metadata says; a failed
+    attempt is ``timeout`` when its metadata says so, else ``failed``; a task waiting for an answer
+    is ``paused``; anything else (skipped by a router, upstream failed) is ``skipped``. With no
+    Airflow state, finished metadata decides.
+    """
+    if meta is not None and meta.budget_exceeded:
+        return StepStatus.SKIPPED
+    if ti_state == "success" or (ti_state is None and meta is not None and meta.status != StepStatus.RUNNING):
+        return meta.status if meta is not None else StepStatus.SUCCESS
+    if ti_state in ("failed", "up_for_retry") or (ti_state is None and meta is not None):
+        timed_out = meta is not None and meta.status == StepStatus.TIMEOUT
+        return StepStatus.TIMEOUT if timed_out else StepStatus.FAILED
+    if ti_state == "awaiting_input":
+        return StepStatus.PAUSED
+    return StepStatus.SKIPPED
+
+
+def step_result(
+    step_id: str,
+    status: StepStatus,
+    meta: StepMeta | None,
+    output: Any,
+    error: str | None,
+    *,
+    attempts: int = 0,
+    log_file: str | None = None,
+) -> StepResult:
+    """A step's result: its status and error, and from its metadata what it cost and took.
+
+    The output is kept only for a step that succeeded; ``attempts`` counts when the metadata
+    has none (a task that failed before its step started).
+    """
+    return StepResult(
+        step_id=step_id,
+        status=status,
+        output=output if status == StepStatus.SUCCESS else None,
+        error=error,
+        attempts=(meta.attempts if meta is not None else 0) or attempts,
+        duration_ms=meta.duration_ms if meta is not None else 0.0,
+        token_usage=meta.token_usage if meta is not None else TokenUsage(),
+        cost_usd=meta.cost_usd if meta is not None else 0.0,
+        model=meta.model if meta is not None else None,
+        provider=meta.provider if meta is not None else None,
+        log_file=log_file,
+    )
+
+
 FAILURES = frozenset({StepStatus.FAILED, StepStatus.TIMEOUT})
 """The step statuses that fail a run (a last attempt that timed out counts as a failure: ours)."""
 
