@@ -82,8 +82,7 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         """Write the request (subject, body), send the ``notify`` webhook, then wait for an answer."""
         run: StepRun[ApprovalGateStep] = StepRun(self, context)
         with run.guard():
-            run.check_budget()
-            state = run.read_state()
+            state = run.begin()
             self.body = run.secrets.mask_text(self.request_body(context))
         try:
             return HITLOperator.execute(self, context)

@@ -72,9 +72,12 @@ class StepRun(Generic[StepT]):
     def execute(self, body: StepBody) -> Any:
         """The whole attempt: the budget check, the state, ``body``, then output and metadata pushed."""
         with self.guard():
-            self.check_budget()
-            state = self.read_state()
-            return self.succeed(body(self.context, state))
+            return self.succeed(body(self.context, self.begin()))
+
+    def begin(self) -> dict[str, Any]:
+        """Start the attempt (inside :meth:`guard`): the budget check, then the state the step reads."""
+        self.check_budget()
+        return self.read_state()
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:

@@ -55,13 +55,8 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
 
     def execute(self, context: Context) -> Any:
         run = StepRun(self, context)
-        with run.guard():
-            run.check_budget()
-            state = run.read_state()
-            decision = self.choose(state)
-            not_chosen = self.children_not_chosen(decision.target)
-            outcome = StepOutcome(output=decision.target, extra=_decision_meta(decision, not_chosen))
-            output = run.succeed(outcome)
+        output = run.execute(self.execute_step)
+        not_chosen: list[str] = run.meta.extra["skipped_children"]
         tasks = self._tasks_of(context, not_chosen)
         if not tasks:
             return output
@@ -71,6 +66,11 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
         self.log.info("Router %s skips %s (not chosen)", self.step.id, ", ".join(not_chosen))
         self.skip(ti, tasks)
         return output
+
+    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
+        decision = self.choose(state)
+        not_chosen = self.children_not_chosen(decision.target)
+        return StepOutcome(output=decision.target, extra=_decision_meta(decision, not_chosen))
 
     def choose(self, state: Mapping[str, Any]) -> RouteDecision:
         """Evaluate the conditions in order on ``state`` (its ``steps`` entries too), logging each value."""
