@@ -15,10 +15,15 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom import __version__
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
+
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.cli.options import RunOptions
+    from airflow_provider_agentloom.runner.engine import AskGate
+    from airflow_provider_agentloom.workflow.models import Workflow
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -291,11 +296,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _execute(
     args: argparse.Namespace,
-    workflow: Any,
-    options: Any,
+    workflow: Workflow,
+    options: RunOptions,
     *,
     answers: dict[str, bool],
-    ask: Any = None,
+    ask: AskGate | None = None,
     resume_run_id: str | None = None,
 ) -> int:
     """Run (or resume) ``workflow`` with ``options``; print progress, the summary and the result."""
@@ -408,10 +413,6 @@ def _print_resume_hint(args: argparse.Namespace, result: Any) -> None:
 # -- resume and runs ----------------------------------------------------------------------------
 
 
-class _NotResumable(Exception):
-    pass
-
-
 def _resume(args: argparse.Namespace) -> int:
     """Continue a paused run of the home: rebuild its DAG from the recorded file and options."""
     from airflow_provider_agentloom.cli.options import RunOptions
@@ -424,14 +425,14 @@ def _resume(args: argparse.Namespace) -> int:
     record = RunLedger(home.root).load_history(args.run_id)
     try:
         if record is None:
-            raise _NotResumable(
+            raise RunNotResumable(
                 f"no run {args.run_id!r} started by 'agentloom run' in {home.root} "
                 "(agentloom runs lists them)"
             )
         options = RunOptions.from_record(record.get("options") or {})
         args.workflow_name = record.get("workflow_name")
         if not Path(options.file).is_file():
-            raise _NotResumable(f"the workflow file of run {args.run_id!r} is gone: {options.file}")
+            raise RunNotResumable(f"the workflow file of run {args.run_id!r} is gone: {options.file}")
         if Path(options.cwd).is_dir():
             os.chdir(options.cwd)
         workflow = load_workflow(options.file)
@@ -439,7 +440,7 @@ def _resume(args: argparse.Namespace) -> int:
         gate = _waiting_gate(args.run_id, workflow, step)
         answers = {gate: args.approve is not None}
         return _execute(args, workflow, options, answers=answers, resume_run_id=args.run_id)
-    except (_NotResumable, RunNotResumable) as exc:
+    except RunNotResumable as exc:
         print(f"agentloom: {exc}", file=sys.stderr)
         _print_failure(args, str(exc))
         return EXIT_FAILED
@@ -451,21 +452,22 @@ def _waiting_gate(run_id: str, workflow: Any, step: str) -> str:
 
     from airflow_provider_agentloom.operators.context import safe_id
     from airflow_provider_agentloom.runner.approvals import waiting_gates
+    from airflow_provider_agentloom.runner.engine import RunNotResumable
 
     with create_session() as session:
         waiting = [gate.task_id for gate in waiting_gates(session, run_id=run_id)]
     steps = {safe_id(s.id): s.id for s in workflow.steps}
     waiting_steps = [steps.get(task_id, task_id) for task_id in waiting]
     if not waiting_steps:
-        raise _NotResumable(f"run {run_id!r} is not paused at an approval gate")
+        raise RunNotResumable(f"run {run_id!r} is not paused at an approval gate")
     if not step:
         if len(waiting_steps) > 1:
-            raise _NotResumable(
+            raise RunNotResumable(
                 f"run {run_id!r} waits at several gates ({', '.join(waiting_steps)}): name one"
             )
         return str(waiting_steps[0])
     if step not in waiting_steps:
-        raise _NotResumable(
+        raise RunNotResumable(
             f"run {run_id!r} does not wait at step {step!r} (it waits at {', '.join(waiting_steps)})"
         )
     return str(step)

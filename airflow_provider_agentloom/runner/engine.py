@@ -102,7 +102,6 @@ class DagRunDriver:
         self.answers = dict(answers or {})
         self.ask = ask
         self.record = dict(record) if record is not None else None
-        self._step_of_task = {run_context.task_id(sid): sid for sid in run_context.graph.steps}
         self._asked: set[str] = set()
         self._last_sweep = 0.0
 
@@ -274,7 +273,7 @@ class DagRunDriver:
             if ti.state != TaskInstanceState.AWAITING_INPUT:
                 moved = True  # the sweep resumed it (on_timeout) or failed it
                 continue
-            step_id = self._step_of_task.get(ti.task_id, ti.task_id)
+            step_id = self.collector.step_id_of(ti.task_id)
             approve = self.answers.pop(step_id, None)
             if approve is None and self.ask is not None and step_id not in self._asked:
                 self._asked.add(step_id)

@@ -82,6 +82,10 @@ class RunResultCollector:
         where = f"; see {log_file}" if log_file is not None else ""
         self._lost[(task_id, try_number)] = f"the task ended without a result: {reason}{where}"
 
+    def step_id_of(self, task_id: str) -> str:
+        """The step a task runs, as results name it (``<sub_id>.<child_id>`` below a subworkflow)."""
+        return self._step_of_task.get(task_id, task_id)
+
     def mark_reported(self, tis: list[Any]) -> None:
         """Treat the current state of ``tis`` as reported (a resumed run reports only what follows)."""
         for ti in tis:

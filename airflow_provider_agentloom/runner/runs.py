@@ -75,9 +75,10 @@ class RunLedger:
     def save_history(self, run_id: str, record: dict[str, Any]) -> None:
         """Keep ``record`` (JSON data) as the history of ``run_id``."""
         self.history.mkdir(parents=True, exist_ok=True)
-        temporary = self.history / f".{run_id}.tmp"
+        name = path_safe(run_id)
+        temporary = self.history / f".{name}.tmp"
         temporary.write_text(json.dumps(record, default=str), encoding="utf-8")
-        os.replace(temporary, self.history / f"{run_id}.json")
+        os.replace(temporary, self.history / f"{name}.json")
 
     def load_history(self, run_id: str) -> dict[str, Any] | None:
         """The history record of ``run_id`` (None when there is none, or it is unreadable)."""
@@ -188,19 +189,18 @@ def list_runs(root: Path) -> list[dict[str, Any]]:
     no live process drives and that waits at approval gates is ``paused``.
     """
     from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState, TaskInstanceState
+    from airflow.utils.state import DagRunState
     from sqlalchemy import select
+
+    from airflow_provider_agentloom.runner.approvals import waiting_gates
 
     ledger = RunLedger(root)
     found = []
     with create_session() as session:
         waiting: dict[tuple[str, str], list[str]] = {}
-        for ti in session.scalars(
-            select(TaskInstance).where(TaskInstance.state == TaskInstanceState.AWAITING_INPUT)
-        ):
-            waiting.setdefault((ti.dag_id, ti.run_id), []).append(ti.task_id)
+        for gate in waiting_gates(session):
+            waiting.setdefault((gate.dag_id, gate.run_id), []).append(gate.task_id)
         for dag_run in session.scalars(select(DagRun).order_by(DagRun.start_date.desc(), DagRun.id.desc())):
             record = ledger.load_history(dag_run.run_id) or {}
             gates = sorted(waiting.get((dag_run.dag_id, dag_run.run_id), []))
