@@ -30,6 +30,7 @@ from airflow_provider_agentloom.workflow.redaction import Mask
 
 if TYPE_CHECKING:
     from airflow_provider_agentloom.tools._kernel import KernelSandboxMode
+    from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 
 _UNSAFE_ID = re.compile(r"[^\w.-]")
 
@@ -303,17 +304,13 @@ class WorkflowRunContext:
     def build_registry(self, base_dir: Path) -> ToolRegistry:
         """The tools of one task run: the four built-ins under the workflow's sandbox, then custom tools."""
         from airflow_provider_agentloom.tools.builtins import register_builtins
-        from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 
         if self.tool_registry is not None:
             return self._given_registry(base_dir)
         if self.require_registry:
             raise StepError("this run has no tool registry: pass tool_registry= to WorkflowEngine")
         registry = ToolRegistry()
-        sandbox = ToolSandbox(
-            **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=_kernel_sandbox()
-        )
-        register_builtins(registry, sandbox=sandbox, base_dir=base_dir)
+        register_builtins(registry, sandbox=self._builtin_sandbox(base_dir), base_dir=base_dir)
         custom = list(discover_entry_point_tools()) if self.discover_tools else []
         custom.extend(self.tools)
         for item in custom:
@@ -331,17 +328,21 @@ class WorkflowRunContext:
         if self.parent is None:
             return given
         from airflow_provider_agentloom.tools.builtins import register_builtins
-        from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 
         registry = given.copy()
-        sandbox = ToolSandbox(
-            **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=_kernel_sandbox()
-        )
         scratch = ToolRegistry()
-        for builtin in register_builtins(scratch, sandbox=sandbox, base_dir=base_dir):
+        for builtin in register_builtins(scratch, sandbox=self._builtin_sandbox(base_dir), base_dir=base_dir):
             if builtin.name in registry:
                 registry.register(builtin, replace=True)
         return registry
+
+    def _builtin_sandbox(self, base_dir: Path) -> ToolSandbox:
+        """The sandbox of this scope's built-in tools: its (combined) config and the kernel layer."""
+        from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+
+        return ToolSandbox(
+            **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=_kernel_sandbox()
+        )
 
     def gateway(self, base_dir: Path, *, mask: Mask | None = None) -> tuple[Any, str | None]:
         """The model gateway of an LLM step and the connection's default model (if any).

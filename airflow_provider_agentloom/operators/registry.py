@@ -104,12 +104,16 @@ def _task_ids(workflow: Workflow, owner: Workflow, prefix: Loc, group: str) -> l
         )
         found.append(_Id(task_id, label, group, sub, owner, (*prefix, "steps", index, "id")))
         if isinstance(step, SubworkflowStep):
-            child = step.child
-            if child.source_path is not None:
-                found += _task_ids(child, child, (), task_id)
-            else:
-                found += _task_ids(child, owner, (*prefix, "steps", index, "workflow_inline"), task_id)
+            found += _task_ids(step.child, *_child_place(step, owner, (*prefix, "steps", index)), task_id)
     return found
+
+
+def _child_place(step: SubworkflowStep, owner: Workflow, loc: Loc) -> tuple[Workflow, Loc]:
+    """Where a subworkflow's child is written: its own file, or ``workflow_inline`` of ``owner``'s."""
+    child = step.child
+    if child.source_path is not None:
+        return child, ()
+    return owner, (*loc, "workflow_inline")
 
 
 def _issues(workflow: Workflow, owner: Workflow, prefix: Loc) -> list[ValidationIssue]:
@@ -128,11 +132,7 @@ def _issues(workflow: Workflow, owner: Workflow, prefix: Loc) -> list[Validation
                 )
             )
         if isinstance(step, SubworkflowStep):
-            child = step.child
-            if child.source_path is not None:
-                issues += _child_issues(child, child, ())
-            else:
-                issues += _child_issues(child, owner, (*loc, "workflow_inline"))
+            issues += _child_issues(step.child, *_child_place(step, owner, loc))
     return issues
 
 
