@@ -93,14 +93,21 @@ def test_serialized_params_carry_the_fields_of_config_airflow_params(tmp_path: P
     assert region.schema["enum"] == ["eu", "us"]
     assert region.schema["values_display"] == {"eu": "Europe", "us": "United States"}
     since = params.get_param("since")
-    assert (since.schema["title"], since.schema["section"], since.schema["format"]) == ("Since", "Window", "date")
+    assert (since.schema["title"], since.schema["section"], since.schema["format"]) == (
+        "Since",
+        "Window",
+        "date",
+    )
     limit = params.get_param("limit")
     assert (limit.schema["minimum"], limit.schema["maximum"], limit.schema["examples"]) == (1, 100, [10, 50])
     note = params.get_param("note")
     assert (note.schema["format"], note.schema["maxLength"]) == ("multiline", 500)
     # A key without a params entry: its own name and a description that says what the field does.
     assert params.get_param("ratio").schema["title"] == "ratio"
-    assert params.get_param("ratio").description == "Sets state.ratio for this run (default: the workflow's value)"
+    assert (
+        params.get_param("ratio").description
+        == "Sets state.ratio for this run (default: the workflow's value)"
+    )
     params.validate()  # the defaults pass Airflow's own check
 
 
@@ -200,12 +207,19 @@ steps:
 """
 
 
+def _timetable(dag: Any) -> dict[str, Any]:
+    """The DAG's timetable as the scheduler reads it (the serialized DAG)."""
+    data, _ = _serialized(dag)
+    return dict(data["dag"]["timetable"])
+
+
 def test_a_timedelta_schedule_is_a_delta_timetable(tmp_path: Path) -> None:
     dag = _build(tmp_path, SCHEDULED % "{hours: 1, minutes: 5}")
-    assert type(dag.timetable).__name__ == "DeltaTriggerTimetable"
-    assert dag.timetable._delta == timedelta(hours=1, minutes=5)
+    assert _timetable(dag) == {
+        "__type": "airflow.timetables.trigger.DeltaTriggerTimetable",
+        "__var": {"delta": timedelta(hours=1, minutes=5).total_seconds(), "interval": 0.0},
+    }
     assert dag.start_date is not None  # an interval counts from a start date
-    _serialized(dag)
 
 
 @pytest.mark.parametrize(
@@ -217,28 +231,23 @@ def test_a_timedelta_schedule_is_a_delta_timetable(tmp_path: Path) -> None:
     ],
 )
 def test_asset_schedules_are_asset_conditions(tmp_path: Path, schedule: str, expected: Any) -> None:
-    dag = _build(tmp_path, SCHEDULED % schedule)
-    assert type(dag.timetable).__name__ == "AssetTriggeredTimetable"
-    assert _shape(dag.timetable.asset_condition) == expected
-    _, restored = _serialized(dag)
-    assert _shape(restored.timetable.asset_condition) == expected
+    timetable = _timetable(_build(tmp_path, SCHEDULED % schedule))
+    assert timetable["__type"] == "airflow.timetables.simple.AssetTriggeredTimetable"
+    assert _shape(timetable["__var"]["asset_condition"]) == expected
 
 
-def _shape(condition: Any) -> Any:
-    from airflow.sdk import Asset, AssetAll, AssetAny
-
-    if isinstance(condition, Asset):
-        return condition.uri
-    names = {AssetAll: "all", AssetAny: "any"}
-    kind = next((name for cls, name in names.items() if isinstance(condition, cls)), None)
-    if kind is None:  # the serialized classes
-        kind = "all" if "All" in type(condition).__name__ else "any"
-    return (kind, [_shape(item) for item in condition.objects])
+def _shape(condition: dict[str, Any]) -> Any:
+    """A serialized asset condition as ``uri`` or ``(all|any, [terms])``."""
+    if condition["__type"] == "asset":
+        assert condition["name"] == condition["uri"]
+        return condition["uri"]
+    kind = {"asset_all": "all", "asset_any": "any"}[condition["__type"]]
+    return (kind, [_shape(item) for item in condition["objects"]])
 
 
 def test_a_cron_schedule_still_works(tmp_path: Path) -> None:
-    dag = _build(tmp_path, SCHEDULED % "'0 6 * * 1-5'")
-    assert dag.timetable.summary == "0 6 * * 1-5"
+    timetable = _timetable(_build(tmp_path, SCHEDULED % "'0 6 * * 1-5'"))
+    assert timetable["__var"]["expression"] == "0 6 * * 1-5"
 
 
 OUTLETS = """name: producer
@@ -344,7 +353,10 @@ steps:
             "'multiline', 'password', 'email', 'uri', 'hostname', 'ipv4', 'ipv6', 'uuid', got 'datee' "
             "(did you mean date?)",
         ),
-        ("params: {region: {pattern: '(['}}", "config.airflow.params.region.pattern: not a regular expression"),
+        (
+            "params: {region: {pattern: '(['}}",
+            "config.airflow.params.region.pattern: not a regular expression",
+        ),
         (
             "step_outlets: {fecth: [x]}",
             "config.airflow.step_outlets.fecth: no step has the id 'fecth' (its steps: fetch) (did you mean fetch?)",
