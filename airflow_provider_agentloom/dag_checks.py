@@ -241,32 +241,50 @@ def asset_uri_problem(uri: str) -> str | None:
 
 
 def _asset_issues(workflow: Workflow) -> list[ValidationIssue]:
-    """Bad asset URIs (schedule, outlets, step_outlets) and step_outlets naming no step, in every scope."""
+    """Bad asset URIs (schedule, outlets, step_outlets), step_outlets naming no step (in every scope),
+    and a schedule on an asset the workflow updates itself (each run would start the next, forever)."""
     issues = []
+    scheduled = list(_schedule_uris(workflow.config.airflow.schedule, ("config", "airflow", "schedule")))
+    updated: set[str] = set()
     for owner, prefix, scope in _scopes(workflow, ()):
         airflow = scope.config.airflow
         base: Loc = (*prefix, "config", "airflow")
-        uris: list[tuple[Loc, str]] = []
-        if scope is workflow:  # a subworkflow's schedule is its parent's
-            uris += _schedule_uris(airflow.schedule, (*base, "schedule"))
-        uris += [((*base, "outlets", pos), uri) for pos, uri in enumerate(airflow.outlets)]
+        outlets = [((*base, "outlets", pos), uri) for pos, uri in enumerate(airflow.outlets)]
         step_ids = [step.id for step in scope.steps]
         for step_id, step_uris in airflow.step_outlets.items():
             if step_id not in step_ids:
-                issues.append(
-                    _issue(
-                        owner,
-                        (*base, "step_outlets", step_id),
-                        f"no step has the id {step_id!r} (its steps: {', '.join(step_ids)})",
-                        _closest(step_id, step_ids),
-                    )
-                )
-            uris += [((*base, "step_outlets", step_id, pos), uri) for pos, uri in enumerate(step_uris)]
-        for loc, uri in uris:
+                message = f"no step has the id {step_id!r} (its steps: {', '.join(step_ids)})"
+                loc: Loc = (*base, "step_outlets", step_id)
+                issues.append(_issue(owner, loc, message, _closest(step_id, step_ids)))
+            outlets += [((*base, "step_outlets", step_id, pos), uri) for pos, uri in enumerate(step_uris)]
+        for loc, uri in (scheduled if scope is workflow else []) + outlets:
             problem = asset_uri_problem(uri)
             if problem is not None:
                 issues.append(issue_in(owner, loc, f"{uri!r} is not an asset URI Airflow accepts: {problem}"))
+        updated.update(_asset_key(uri) for _, uri in outlets)
+    issues += [
+        issue_in(
+            workflow,
+            loc,
+            f"the workflow is scheduled on {uri!r}, which its own steps update (outlets or step_outlets): "
+            "each run would start the next one, forever; schedule it on another asset",
+        )
+        for loc, uri in scheduled
+        if _asset_key(uri) in updated
+    ]
     return issues
+
+
+def _asset_key(uri: str) -> str:
+    """The URI Airflow stores for ``uri`` (normalized), or ``uri`` itself when Airflow refuses it."""
+    from airflow.sdk import Asset
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return str(Asset(name=uri, uri=uri).uri)
+    except (ValueError, TypeError):
+        return uri
 
 
 def _schedule_uris(term: Any, loc: Loc) -> Iterator[tuple[Loc, str]]:

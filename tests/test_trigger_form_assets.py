@@ -395,6 +395,11 @@ steps:
             "config.airflow.schedule: a timedelta schedule must be longer than zero",
         ),
         (
+            "schedule: ['file:///data/a/', b]\n    outlets: ['file:///data/a']",
+            "config.airflow.schedule[0]: the workflow is scheduled on 'file:///data/a/', which its own steps "
+            "update (outlets or step_outlets): each run would start the next one, forever",
+        ),
+        (
             "schedule: {any: [a], all: [b]}",
             "config.airflow.schedule.any: unknown key 'any' in an {all: [...]} asset expression",
         ),
@@ -420,3 +425,10 @@ def test_agentloom_validate_reports_a_bad_asset_uri_with_its_line(tmp_path: Path
         "Asset scheme 'airflow' is reserved" in done.stderr
     )
     assert "Traceback" not in done.stderr
+
+
+def test_agentloom_validate_prints_the_schedule_as_a_person_reads_it(tmp_path: Path) -> None:
+    path = _write(tmp_path, SCHEDULED % "{any: ['file:///a', {all: [b, c]}]}")
+    done = run_cli("validate", str(path), cwd=tmp_path, env=cli_env(tmp_path / "home"))
+    assert done.returncode == 0, done.stderr
+    assert "DAG 'scheduled': 1 tasks, schedule assets file:///a | (b & c)" in done.stdout

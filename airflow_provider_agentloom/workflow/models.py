@@ -188,6 +188,30 @@ Schedule = Annotated[
 ]
 """``config.airflow.schedule``: cron or preset, a timedelta mapping, asset URIs, or an asset expression."""
 
+
+def schedule_text(schedule: str | ScheduleInterval | list[Any] | AssetAllOf | AssetAnyOf | None) -> str:
+    """A schedule as a person reads it: ``0 6 * * *``, ``every 1h 5m``, ``assets a & (b | c)``."""
+    if schedule is None:
+        return "none (manual runs)"
+    if isinstance(schedule, str):
+        return schedule
+    if isinstance(schedule, ScheduleInterval):
+        parts = [f"{value:g}{name[0]}" for name, value in schedule.model_dump().items() if value]
+        return f"every {' '.join(parts) or '0s'}"
+    return f"assets {_condition_text(schedule, top=True)}"
+
+
+def _condition_text(term: Any, top: bool = False) -> str:
+    if isinstance(term, str):
+        return term
+    if isinstance(term, AssetAnyOf):
+        items, joiner = term.any, " | "
+    else:  # a list means all of its terms, as {all: [...]} does
+        items, joiner = (term.all if isinstance(term, AssetAllOf) else term), " & "
+    text = joiner.join(_condition_text(item) for item in items)
+    return text if top or len(items) == 1 else f"({text})"
+
+
 UNION_TAGS: dict[str, type[BaseModel] | None] = {
     "cron": None,
     "interval": ScheduleInterval,
