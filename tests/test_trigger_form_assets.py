@@ -404,6 +404,11 @@ steps:
             "config.airflow.schedule.any: unknown key 'any' in an {all: [...]} asset expression",
         ),
         (
+            "schedule: {alll: [a]}",
+            "config.airflow.schedule.alll: unknown key 'alll' in an {all: [...]} asset expression (nest "
+            "{any: [...]} inside it) (did you mean all?)",
+        ),
+        (
             "schedule: {anny: [a]}",
             "config.airflow.schedule.anny: unknown key 'anny' in an {any: [...]} asset expression (nest "
             "{all: [...]} inside it) (did you mean any?)",
@@ -413,6 +418,7 @@ steps:
 def test_bad_settings_name_file_line_and_key(tmp_path: Path, setting: str, expected: str) -> None:
     message = _error(tmp_path, BAD.format(setting=setting))
     assert f"{tmp_path / 'flow.yaml'}:4: {expected}" in message, message
+    assert len(message.splitlines()) == 1, message  # one mistake, one issue (a typo is not also "missing")
 
 
 def test_agentloom_validate_reports_a_bad_asset_uri_with_its_line(tmp_path: Path) -> None:

@@ -251,8 +251,16 @@ class _Validator:
         issues: list[ValidationIssue] = []
         seen: set[Loc] = set()
         errors = [(err, *_clean_loc(err["loc"], data)) for err in exc.errors(include_url=False)]
+        # A required key written with a typo is one mistake: its "unknown key (did you mean ...?)" says it.
+        misspelled = {
+            (*loc[:-1], suggestion)
+            for err, loc, models in errors
+            if err["type"] == "extra_forbidden" and (suggestion := _describe(err, loc, models)[1])
+        }
         for err, loc, models in errors:
             kind = err["type"]
+            if kind == "missing" and loc in misspelled:
+                continue
             if (
                 kind == "literal_error"
                 and isinstance(err.get("input"), dict)
