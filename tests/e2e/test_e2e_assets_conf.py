@@ -12,23 +12,13 @@ PostgreSQL is not reachable (``AGENTLOOM_E2E_PG_HOST``/``_PORT``, default 127.0.
 from __future__ import annotations
 
 import importlib.util
-import json
 import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_support import (
-    PG_HOST,
-    PG_PORT,
-    REPO_DAGS,
-    AirflowStack,
-    create_database,
-    drop_database,
-    tcp_reachable,
-    wait_for,
-)
+from e2e_support import PG_HOST, PG_PORT, REPO_DAGS, AirflowStack, live_stack, tcp_reachable, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -73,35 +63,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     missing = [m for m in ("psycopg2", "psutil") if importlib.util.find_spec(m) is None]
     if missing:
         pytest.fail(f"the e2e test needs {', '.join(missing)} installed in this environment")
-    started = time.monotonic()
     airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e-assets"), executor="LocalExecutor")
     shutil.copy2(REPO_DAGS / "agentloom_dags.py", airflow.dags_folder / "agentloom_dags.py")
     for name, text in (("producer", PRODUCER_YAML), ("consumer", CONSUMER_YAML), ("strict", STRICT_YAML)):
         (airflow.dags_folder / f"{name}.yaml").write_text(text, encoding="utf-8")
-    airflow.database = f"agentloom_e2e_assets_{airflow.run_key}"
-    create_database(airflow.database)
-    airflow.start_watchdog()
-    try:
-        with airflow.explain_failure():
-            airflow.migrate()
-            airflow.start_all()
-            airflow.wait_healthy()
-            wait_for(
-                "the three DAGs to be listed",
-                lambda: {PRODUCER, CONSUMER, STRICT} <= set(airflow.dags()),
-                timeout=120,
-            )
-            airflow.timings["start to DAGs listed"] = time.monotonic() - airflow.started_at
-        yield airflow
-    finally:
-        notes = airflow.stop()
-        drop_database(airflow.database)
-        airflow.stop_watchdog()
-        airflow.timings["fixture total"] = time.monotonic() - started
-        rounded = {name: round(value, 1) for name, value in airflow.timings.items()}
-        print(f"\n[e2e-assets] timings (s): {json.dumps(rounded)}")
-        for note in notes:
-            print(f"[e2e-assets] teardown: {note}")
+    with live_stack(airflow, {PRODUCER, CONSUMER, STRICT}, "e2e-assets") as running:
+        yield running
 
 
 def _runs(stack: AirflowStack, dag_id: str) -> list[dict[str, Any]]:
