@@ -438,3 +438,18 @@ def test_agentloom_validate_prints_the_schedule_as_a_person_reads_it(tmp_path: P
     done = run_cli("validate", str(path), cwd=tmp_path, env=cli_env(tmp_path / "home"))
     assert done.returncode == 0, done.stderr
     assert "DAG 'scheduled': 1 tasks, schedule assets file:///a | (b & c)" in done.stdout
+
+
+def test_a_subworkflow_file_with_a_bad_step_outlets_key_is_named_at_its_own_line(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        "name: child\nconfig:\n  airflow:\n    step_outlets:\n      lod: [x]\n"
+        "steps:\n  - {id: load, type: tool, tool_name: shell_command, tool_args: {command: echo}}\n",
+        "child.yaml",
+    )
+    parent = "name: parent\nsteps:\n  - {id: sub, type: subworkflow, workflow_path: child.yaml}\n"
+    message = _error(tmp_path, parent)
+    assert message == (
+        f"{tmp_path / 'child.yaml'}:5: config.airflow.step_outlets.lod: no step has the id 'lod' (its steps: "
+        "load) (did you mean load?)"
+    )
