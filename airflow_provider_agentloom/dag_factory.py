@@ -26,6 +26,7 @@ from airflow_provider_agentloom.operators.context import (
     safe_id,
 )
 from airflow_provider_agentloom.tools.base import BaseTool
+from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.models import (
     AssetAllOf,
     AssetAnyOf,
@@ -131,7 +132,7 @@ def _add_scope(
     :param start: a subworkflow's ``__start__`` task, upstream of the scope's root steps.
     """
     graph, workflow = scope.graph, scope.workflow
-    outlets = _outlets(workflow, graph.parents)
+    outlets = _outlets(workflow, graph)
     ends: dict[str, Ends] = {}
     for step_id in graph.order:
         step = graph.steps[step_id]
@@ -216,18 +217,15 @@ def _add_subworkflow(
     return start, end
 
 
-def _outlets(workflow: Workflow, parents: dict[str, Any]) -> dict[str, list[Asset]]:
+def _outlets(workflow: Workflow, graph: StepGraph) -> dict[str, list[Asset]]:
     """The assets each step updates: ``step_outlets``, and ``outlets`` on the scope's final steps.
 
     A final step is a sink of the step graph (no step depends on it); a subworkflow's is its result task.
     """
     airflow = workflow.config.airflow
     found: dict[str, list[str]] = {step_id: list(uris) for step_id, uris in airflow.step_outlets.items()}
-    if airflow.outlets:
-        fed = {parent for step_parents in parents.values() for parent in step_parents}
-        for step_id in parents:
-            if step_id not in fed:
-                found.setdefault(step_id, []).extend(airflow.outlets)
+    for step_id in graph.final_steps() if airflow.outlets else []:
+        found.setdefault(step_id, []).extend(airflow.outlets)
     return {step_id: [asset(uri) for uri in dict.fromkeys(uris)] for step_id, uris in found.items()}
 
 

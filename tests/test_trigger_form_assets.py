@@ -453,3 +453,18 @@ def test_a_subworkflow_file_with_a_bad_step_outlets_key_is_named_at_its_own_line
         f"{tmp_path / 'child.yaml'}:5: config.airflow.step_outlets.lod: no step has the id 'lod' (its steps: "
         "load) (did you mean load?)"
     )
+
+
+def test_validate_notes_outlets_on_several_final_steps(tmp_path: Path) -> None:
+    from airflow_provider_agentloom.workflow.lint import lint_workflow
+    from airflow_provider_agentloom.workflow.parser import graph_of
+
+    workflow = load_workflow(_write(tmp_path, OUTLETS))
+    notes = [str(f.issue) for f in lint_workflow(workflow, graph_of(workflow)) if f.level == "info"]
+    assert notes == [
+        f"{tmp_path / 'flow.yaml'}:4: config.airflow.outlets: the final steps left, right each update the "
+        "outlets when they succeed, so a workflow scheduled on them may start once per step; to update them "
+        "once per run, name one step in step_outlets instead"
+    ]
+    single = load_workflow(_write(tmp_path, SCHEDULED % "'@daily'\n    outlets: [x]", "single.yaml"))
+    assert not [f for f in lint_workflow(single, graph_of(single)) if f.level == "info"]
