@@ -130,10 +130,13 @@ def test_engine_without_registry_fails_tool_steps(workdir: Path) -> None:
 def test_state_overrides_are_typed(workdir: Path, value: str) -> None:
     from airflow_provider_agentloom.cli import UsageError, parse_state_overrides
 
-    assert parse_state_overrides([f"n={value}", "s=text", "new=1"], {"n": 1, "s": "a"}) == {
+    pairs = [f"n={value}", "s=text", "new=1"]
+    assert parse_state_overrides(pairs, {"n": 1, "s": "a"}, allow_extra=True) == {
         "n": 7,
         "s": "text",
         "new": "1",
     }
+    with pytest.raises(UsageError, match=r"Unknown --state key 'new': the workflow's state has no such key"):
+        parse_state_overrides(pairs, {"n": 1, "s": "a"})  # as a run conf key in Airflow
     with pytest.raises(UsageError, match="expected a JSON int"):
         parse_state_overrides(["n=seven"], {"n": 1})

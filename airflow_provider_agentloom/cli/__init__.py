@@ -280,7 +280,9 @@ def _run(args: argparse.Namespace) -> int:
     options = RunOptions(
         file=str(Path(args.file).resolve()),
         cwd=os.getcwd(),
-        state=parse_state_overrides(args.state, workflow.state),
+        state=parse_state_overrides(
+            args.state, workflow.state, allow_extra=workflow.config.airflow.allow_extra_conf
+        ),
         provider=args.provider,
         model=args.model,
         budget=args.budget,
@@ -528,17 +530,26 @@ def _stdout_to_stderr() -> Iterator[int]:
         os.close(saved)
 
 
-def parse_state_overrides(pairs: Sequence[str], state: dict[str, Any]) -> dict[str, Any]:
+def parse_state_overrides(
+    pairs: Sequence[str], state: dict[str, Any], *, allow_extra: bool = False
+) -> dict[str, Any]:
     """Turn ``KEY=VALUE`` pairs into state overrides, typed like the workflow's own state values.
 
-    A key whose initial value is a string (or a new key) takes the text as it is, as upstream
-    does; a key holding a number, boolean, list or mapping takes the value as JSON.
+    A key whose initial value is a string takes the text as it is, as upstream does; a key holding
+    a number, boolean, list or mapping takes the value as JSON. A key the state does not have is
+    refused, as a run conf key is in Airflow, unless ``allow_extra`` (``config.airflow.allow_extra_conf``):
+    then it takes the text.
     """
+    from airflow_provider_agentloom.workflow.state import unknown_keys_message
+
     overrides: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
             raise UsageError(f"--state expects KEY=VALUE, got {pair!r}")
+        unknown = None if allow_extra else unknown_keys_message([key], state, what="--state key")
+        if unknown is not None:
+            raise UsageError(unknown)
         current = state.get(key)
         if key not in state or current is None or isinstance(current, str):
             overrides[key] = text

@@ -60,7 +60,9 @@ def validation_report(
         file=out,
     )
     if dag is not None:
-        schedule = config.airflow.schedule or "none (manual runs)"
+        from airflow_provider_agentloom.workflow.models import schedule_text
+
+        schedule = schedule_text(config.airflow.schedule)
         print(f"    DAG {dag.dag_id!r}: {len(dag.task_dict)} tasks, schedule {schedule}", file=out)
     for index, ids in enumerate(layers):
         print(f"    layer {index}: {', '.join(ids)}", file=out)

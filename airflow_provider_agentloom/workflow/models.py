@@ -9,11 +9,12 @@ fails later in Airflow. Nothing here imports Airflow.
 
 from __future__ import annotations
 
+import difflib
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
 
 MAX_SECONDS = 366 * 24 * 3600
 """The longest duration a workflow may set (timeouts, backoff): a year, well inside ``timedelta``."""
@@ -57,11 +58,230 @@ class SandboxConfig(_Strict):
     deny_internal_hosts: bool = False
 
 
+INTERVAL_UNITS: dict[str, int] = {
+    "weeks": 7 * 86400,
+    "days": 86400,
+    "hours": 3600,
+    "minutes": 60,
+    "seconds": 1,
+}
+"""The keys of a timedelta ``schedule`` and their length in seconds (``datetime.timedelta``'s names)."""
+
+MAX_INTERVAL_SECONDS = 100 * 366 * 86400
+"""The longest interval a timedelta ``schedule`` may have: a century (``timedelta`` holds far more)."""
+
+ASSET_URI_MAX_LENGTH = 1500
+"""Airflow's limit on an asset URI or name (its database column)."""
+
+
+def _unit(name: str) -> Any:
+    return Field(
+        default=0,
+        ge=0,
+        le=MAX_INTERVAL_SECONDS / INTERVAL_UNITS[name],
+        description=f"{name.capitalize()} in the interval (added to the other units).",
+    )
+
+
+class ScheduleInterval(_Strict):
+    """``schedule: {hours: 1, minutes: 5}``: a run every interval (Airflow's ``timedelta`` schedule)."""
+
+    weeks: float = _unit("weeks")
+    days: float = _unit("days")
+    hours: float = _unit("hours")
+    minutes: float = _unit("minutes")
+    seconds: float = _unit("seconds")
+
+    def total_seconds(self) -> float:
+        """The interval's length in seconds."""
+        return float(sum(getattr(self, name) * seconds for name, seconds in INTERVAL_UNITS.items()))
+
+
+AssetUri = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=ASSET_URI_MAX_LENGTH,
+        description="An asset's URI (or a plain name), as Airflow's Asset takes it: "
+        "'file:///data/orders.csv', "
+        "'s3://bucket/key', 'orders'. The scheme 'airflow' is reserved and a URI may not carry a password.",
+    ),
+]
+
+
+class AssetAllOf(_Strict):
+    """``{all: [...]}``: the workflow runs once every asset listed was updated (Airflow's ``AssetAll``)."""
+
+    all: list[AssetCondition] = Field(
+        min_length=1,
+        description="Asset URIs or nested {all: ...}/{any: ...} expressions; all must be updated.",
+    )
+
+
+class AssetAnyOf(_Strict):
+    """``{any: [...]}``: the workflow runs when any asset listed was updated (Airflow's ``AssetAny``)."""
+
+    any: list[AssetCondition] = Field(
+        min_length=1,
+        description="Asset URIs or nested {all: ...}/{any: ...} expressions; one update is enough.",
+    )
+
+
+def _expression_tag(value: Any) -> str:
+    """Which asset expression a mapping means: ``any`` or ``all`` (the closest key decides for a typo)."""
+    keys = [str(key) for key in value]
+    if "all" in keys:
+        return "asset-all"
+    if "any" in keys:
+        return "asset-any"
+    for key in keys:
+        close = difflib.get_close_matches(key, ["all", "any", *INTERVAL_UNITS], n=1, cutoff=0.6)
+        if close and close[0] in ("all", "any"):
+            return f"asset-{close[0]}"
+    return "asset-all"
+
+
+def _condition_tag(value: Any) -> str:
+    if isinstance(value, dict):
+        return _expression_tag(value)
+    return "asset-uri"
+
+
+def _schedule_tag(value: Any) -> str:
+    if isinstance(value, list):
+        return "asset-list"
+    if isinstance(value, dict):
+        keys = [str(key) for key in value]
+        for key in keys:
+            close = difflib.get_close_matches(key, [*INTERVAL_UNITS, "all", "any"], n=1, cutoff=0.6)
+            if key in INTERVAL_UNITS or (close and close[0] in INTERVAL_UNITS):
+                return "interval"
+        return _expression_tag(value)
+    return "cron"
+
+
+AssetCondition = Annotated[
+    Annotated[AssetUri, Tag("asset-uri")]
+    | Annotated[AssetAllOf, Tag("asset-all")]
+    | Annotated[AssetAnyOf, Tag("asset-any")],
+    Discriminator(_condition_tag),
+]
+"""One term of an asset schedule: a URI, or a nested ``{all: [...]}`` / ``{any: [...]}``."""
+
+Schedule = Annotated[
+    Annotated[
+        str,
+        Tag("cron"),
+        Field(
+            description="A cron expression ('0 6 * * 1-5') or a preset ('@daily', '@once', '@continuous')."
+        ),
+    ]
+    | Annotated[ScheduleInterval, Tag("interval")]
+    | Annotated[
+        list[AssetCondition],
+        Tag("asset-list"),
+        Field(min_length=1, description="Asset URIs: the workflow runs once all of them were updated."),
+    ]
+    | Annotated[AssetAllOf, Tag("asset-all")]
+    | Annotated[AssetAnyOf, Tag("asset-any")],
+    Discriminator(_schedule_tag),
+]
+"""``config.airflow.schedule``: cron or preset, a timedelta mapping, asset URIs, or an asset expression."""
+
+
+def schedule_text(schedule: str | ScheduleInterval | list[Any] | AssetAllOf | AssetAnyOf | None) -> str:
+    """A schedule as a person reads it: ``0 6 * * *``, ``every 1h 5m``, ``assets a & (b | c)``."""
+    if schedule is None:
+        return "none (manual runs)"
+    if isinstance(schedule, str):
+        return schedule
+    if isinstance(schedule, ScheduleInterval):
+        parts = [f"{value:g}{name[0]}" for name, value in schedule.model_dump().items() if value]
+        return f"every {' '.join(parts) or '0s'}"
+    return f"assets {_condition_text(schedule, top=True)}"
+
+
+def _condition_text(term: Any, top: bool = False) -> str:
+    if isinstance(term, str):
+        return term
+    if isinstance(term, AssetAnyOf):
+        items, joiner = term.any, " | "
+    else:  # a list means all of its terms, as {all: [...]} does
+        items, joiner = (term.all if isinstance(term, AssetAllOf) else term), " & "
+    text = joiner.join(_condition_text(item) for item in items)
+    return text if top or len(items) == 1 else f"({text})"
+
+
+UNION_TAGS: dict[str, type[BaseModel] | None] = {
+    "cron": None,
+    "interval": ScheduleInterval,
+    "asset-list": None,
+    "asset-uri": None,
+    "asset-all": AssetAllOf,
+    "asset-any": AssetAnyOf,
+}
+"""The tags pydantic puts in an error's location inside a tagged union, and the model each selects."""
+
+ParamFormat = Literal[
+    "date",
+    "date-time",
+    "time",
+    "duration",
+    "multiline",
+    "password",
+    "email",
+    "uri",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uuid",
+]
+
+
+class ParamSpec(_Strict):
+    """``config.airflow.params.<state key>``: how the trigger form shows one top-level state key.
+
+    The keys are Airflow's ``Param`` keywords (JSON Schema), in the format's snake_case.
+    """
+
+    title: str | None = Field(default=None, description="The field's label (default: the state key).")
+    description: str | None = Field(default=None, description="Help text under the field.")
+    description_md: str | None = Field(
+        default=None, description="Help text in Markdown (instead of description)."
+    )
+    section: str | None = Field(
+        default=None, description="Groups fields under a collapsible section of the form."
+    )
+    format: ParamFormat | None = Field(
+        default=None,
+        description="A string's widget and check: date/date-time/time pickers, multiline, password (masked), "
+        "or a JSON Schema format (email, uri, ...).",
+    )
+    enum: list[Any] | None = Field(
+        default=None, min_length=1, description="The only values allowed: a drop-down."
+    )
+    values_display: dict[str, str] | None = Field(
+        default=None, description="Labels the drop-down shows for enum values: {value: label}."
+    )
+    examples: list[Any] | None = Field(
+        default=None, min_length=1, description="Suggested values (the field still takes others)."
+    )
+    minimum: int | float | None = Field(default=None, description="The smallest number allowed.")
+    maximum: int | float | None = Field(default=None, description="The largest number allowed.")
+    min_length: int | None = Field(default=None, ge=0, description="The fewest characters a string may have.")
+    max_length: int | None = Field(default=None, ge=0, description="The most characters a string may have.")
+    pattern: str | None = Field(default=None, description="A regular expression a string must match.")
+
+
 class AirflowConfig(_Strict):
     """``config.airflow``: our extension; Airflow settings of the DAG built from the workflow."""
 
     dag_id: str | None = None
-    schedule: str | None = None
+    schedule: Schedule | None = Field(
+        default=None,
+        description="When runs start: a cron expression or preset, a timedelta ({minutes: 30}), a list of "
+        "asset URIs, or an asset expression ({all: [...]} / {any: [...]}, nestable). None: manual runs only.",
+    )
     start_date: date | datetime | None = None
     end_date: date | datetime | None = None
     catchup: bool = False
@@ -76,6 +296,24 @@ class AirflowConfig(_Strict):
     working_dir: str | None = None
     llm_conn_id: str | None = None
     doc_md: str | None = None
+    params: dict[str, ParamSpec] = Field(
+        default_factory=dict,
+        description="The trigger form's fields, keyed by top-level state key: title, description, "
+        "enum, format...",
+    )
+    allow_extra_conf: bool = Field(
+        default=False,
+        description="Let a run's conf carry keys the state does not have (by default such a run "
+        "fails at once).",
+    )
+    outlets: list[AssetUri] = Field(
+        default_factory=list,
+        description="Assets the workflow's final steps (the sinks of its step graph) update when "
+        "they succeed.",
+    )
+    step_outlets: dict[str, list[AssetUri]] = Field(
+        default_factory=dict, description="Assets one step updates when it succeeds: {step_id: [uri, ...]}."
+    )
 
 
 class WorkflowConfig(_Strict):
@@ -313,3 +551,5 @@ class Workflow(_Strict):
 StepModel = LLMCallStep | AgentStep | ToolStep | RouterStep | SubworkflowStep | ApprovalGateStep
 
 SubworkflowStep.model_rebuild()
+AssetAllOf.model_rebuild()
+AssetAnyOf.model_rebuild()

@@ -34,6 +34,7 @@ __all__ = [
     "marker",
     "redact_state",
     "redacted_key_patterns",
+    "secret_state_keys",
     "state_secrets",
 ]
 
@@ -104,6 +105,18 @@ def _collect(
             _collect(item, name, path, patterns, into, matched=matched)
     elif matched and value is not None and not isinstance(value, bool):
         into.append(value if isinstance(value, str) else json.dumps(value))
+
+
+def secret_state_keys(state: Mapping[str, Any], patterns: Iterable[str]) -> list[str]:
+    """Return the top-level keys of ``state`` that are redacted or hold a redacted value inside."""
+    found = tuple(patterns)
+    if not found:
+        return []
+    return [
+        str(key)
+        for key, value in state.items()
+        if _is_redacted(str(key), str(key), found) or state_secrets({key: value}, found)
+    ]
 
 
 class SecretMasker:

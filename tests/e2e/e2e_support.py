@@ -572,5 +572,32 @@ def watchdog_main(parent_pid: int, state_file: Path, grace: float = 25.0) -> Non
         clear_broker_keys(state["queue"])
 
 
+@contextlib.contextmanager
+def live_stack(airflow: AirflowStack, dag_ids: set[str], label: str) -> Iterator[AirflowStack]:
+    """Run ``airflow`` on a fresh database until the block ends: migrate, start, wait until the API
+    lists ``dag_ids``; then stop every component, drop the database and print the timings."""
+    started = time.monotonic()
+    airflow.database = f"agentloom_{label.replace('-', '_')}_{airflow.run_key}"
+    create_database(airflow.database)
+    airflow.start_watchdog()
+    try:
+        with airflow.explain_failure():
+            airflow.migrate()
+            airflow.start_all()
+            airflow.wait_healthy()
+            wait_for(f"the DAGs {sorted(dag_ids)} to be listed", lambda: dag_ids <= set(airflow.dags()), 120)
+            airflow.timings["start to DAGs listed"] = time.monotonic() - airflow.started_at
+        yield airflow
+    finally:
+        notes = airflow.stop()
+        drop_database(airflow.database)
+        airflow.stop_watchdog()
+        airflow.timings["fixture total"] = time.monotonic() - started
+        rounded = {name: round(value, 1) for name, value in airflow.timings.items()}
+        print(f"\n[{label}] executor={airflow.executor} timings (s): {json.dumps(rounded)}")
+        for note in notes:
+            print(f"[{label}] teardown: {note}")
+
+
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--watchdog":
     watchdog_main(int(sys.argv[2]), Path(sys.argv[3]))
