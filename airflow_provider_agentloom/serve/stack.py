@@ -6,9 +6,9 @@ serve, which then stops them in order. Its output goes to ``<home>/component-log
 
 No process outlives serve:
 
-- a clean stop SIGTERMs each component's process group, waits up to a grace period, SIGKILLs the
-  groups, and then kills any process still carrying serve's id in its environment
-  (:mod:`.watchdog`): a task process in a process group of its own is found that way;
+- a clean stop SIGTERMs each component (the api-server last), waits up to a grace period,
+  SIGKILLs the process groups, and then kills any process still carrying serve's id in its
+  environment (:mod:`.watchdog`): a task process in a process group of its own is found that way;
 - each component gets SIGTERM from the kernel when serve dies (``PR_SET_PDEATHSIG``), and serve's
   watchdog (a process of its own session) then stops everything carrying serve's id, so even a
   ``kill -9`` of serve leaves nothing behind.
@@ -33,6 +33,7 @@ from airflow_provider_agentloom.serve import watchdog
 from airflow_provider_agentloom.tools import _linux
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+API_SERVER_GRACE = 3.0
 _TAIL_LINES = 25
 
 
@@ -144,24 +145,21 @@ class Stack:
             return False
 
     def stop(self, grace: float, forced: Callable[[], bool]) -> list[str]:
-        """Stop every component and whatever it started; return a note per process that needed SIGKILL.
+        """Stop every component and whatever it started; return a note per component that needed SIGKILL.
 
-        SIGTERM to each process group, up to ``grace`` seconds (less when ``forced`` turns True),
-        then SIGKILL to the groups and to every process still carrying serve's id.
+        First the scheduler, triggerer and dag-processor (SIGTERM to each, up to ``grace`` seconds,
+        less when ``forced`` turns True): their running tasks still report to the api-server
+        while they end. Then the api-server, which has nothing left to finish once uvicorn has
+        closed its connections; its process lingers seconds after that, so it gets
+        :data:`API_SERVER_GRACE` seconds. Then SIGKILL to every process group, and to every
+        process still carrying serve's id (a task process in a group of its own).
         """
         notes: list[str] = []
+        workers = [c for c in self.components if c.name != "api-server"]
+        api = [c for c in self.components if c.name == "api-server"]
+        for group, seconds in ((workers, grace), (api, API_SERVER_GRACE)):
+            notes.extend(self._terminate(group, seconds, forced))
         for component in self.components:
-            if component.exit_code is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(component.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while any(c.exit_code is None for c in self.components):
-            if time.monotonic() > deadline or forced():
-                break
-            time.sleep(0.1)
-        for component in self.components:
-            if component.exit_code is None:
-                notes.append(f"{component.name} did not stop within {grace:.0f} s; killed")
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(component.process.pid, signal.SIGKILL)  # its group may outlive its leader
         for component in self.components:
@@ -173,6 +171,22 @@ class Stack:
             notes.append(f"killed {len(left)} leftover process(es): {left}")
         self.stop_watchdog()
         return notes
+
+    @staticmethod
+    def _terminate(components: list[Component], grace: float, forced: Callable[[], bool]) -> list[str]:
+        """SIGTERM each component (its main process: it stops its own children) and wait up to ``grace`` s."""
+        for component in components:
+            if component.exit_code is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(component.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(c.exit_code is None for c in components) and time.monotonic() < deadline and not forced():
+            time.sleep(0.1)
+        return [
+            f"the {c.name} did not stop within {grace:.0f} s; killed"
+            for c in components
+            if c.exit_code is None and c.name != "api-server"
+        ]
 
     def stop_watchdog(self) -> None:
         if self.watchdog_process is not None and self.watchdog_process.poll() is None:
