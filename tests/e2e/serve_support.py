@@ -106,6 +106,7 @@ class ServedAirflow:
         home: Path | None = None,
         port: int | None = None,
         args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> ServedAirflow:
         """Start ``agentloom serve [DAGS] --port PORT --home HOME ARGS`` with stdout and stderr in files of ``base``."""
         if not AGENTLOOM.exists():
@@ -127,7 +128,7 @@ class ServedAirflow:
             process = subprocess.Popen(
                 [*command, *args],
                 cwd=base,
-                env=cli_env(home, AGENTLOOM_TEST_MARKER=marker),
+                env=cli_env(home, AGENTLOOM_TEST_MARKER=marker, **(env or {})),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

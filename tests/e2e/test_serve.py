@@ -140,3 +140,25 @@ def test_components_do_not_outlive_a_killed_serve(
     )
     print(f"\nserve killed: its processes were gone {time.monotonic() - killed:.1f} s later")
     assert port_is_free(serve.port)
+
+
+@pytest.mark.timeout(180)
+def test_a_component_that_dies_is_named_with_its_log_and_the_rest_is_stopped(
+    tmp_path: Path, home: Path, served: list[ServedAirflow]
+) -> None:
+    """A dag-processor that cannot start (a bad setting only it reads): serve says which, and why."""
+    serve = ServedAirflow.start(
+        tmp_path, _dags(tmp_path), home=home, env={"AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "many"}
+    )
+    served.append(serve)
+    wait_for("serve's components to start", lambda: len(serve.remember_processes()) >= 5, timeout=60)
+
+    code = serve.wait_exit(timeout=150)
+
+    output = serve.output()
+    assert code == 1, output
+    assert "the dag-processor exited with code 1 while starting; the end of its log" in output
+    assert 'check "parsing_processes" key in "dag_processor" section' in output
+    assert "Stopped in" in output
+    assert serve.left_over() == []
+    assert port_is_free(serve.port)
