@@ -16,18 +16,17 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 from cli_support import cli_env
-from e2e_support import free_port, tail, wait_for
+from e2e_support import AirflowStack, free_port, tail, wait_for
 from process_support import is_gone, kill_marked, new_marker, processes_with
 
 AGENTLOOM = Path(sys.executable).with_name("agentloom")
 _LOGIN = re.compile(r"^\s*Login:\s+(\S+) / (\S+)\s*$", re.MULTILINE)
-_TERMINAL_RUN_STATES = {"success", "failed"}
 
 
 def port_is_free(port: int) -> bool:
@@ -43,10 +42,15 @@ def port_is_free(port: int) -> bool:
 
 
 class AirflowRest:
-    """Airflow's REST API v2, with a JWT token from the simple auth manager's login."""
+    """Airflow's REST API v2, with a JWT token from the simple auth manager's login.
 
-    def __init__(self, base_url: str, username: str, password: str) -> None:
+    The calls themselves are :class:`AirflowStack`'s (one implementation of each); ``alive``
+    says whether the server is still there (a dead server fails the call with its reason).
+    """
+
+    def __init__(self, base_url: str, username: str, password: str, alive: Callable[[], None]) -> None:
         self.client = httpx.Client(base_url=base_url, timeout=30.0)
+        self.check_alive = alive
         response = self.client.post("/auth/token", json={"username": username, "password": password})
         if response.status_code >= 400:
             raise AssertionError(f"login as {username} → {response.status_code}: {response.text}")
@@ -55,32 +59,14 @@ class AirflowRest:
     def close(self) -> None:
         self.client.close()
 
-    def get(self, path: str, **params: Any) -> Any:
-        response = self.client.get(path, params=params or None)
-        response.raise_for_status()
-        return response.json()
-
-    def dags(self) -> dict[str, dict[str, Any]]:
-        return {dag["dag_id"]: dag for dag in self.get("/api/v2/dags", limit=1000)["dags"]}
-
-    def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any]) -> dict[str, Any]:
-        response = self.client.post(
-            f"/api/v2/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None, "conf": conf}
-        )
-        if response.status_code >= 400:
-            raise AssertionError(f"trigger {dag_id} → {response.status_code}: {response.text}")
-        return dict(response.json())
-
-    def wait_run(self, dag_id: str, run_id: str, timeout: float = 120.0) -> dict[str, Any]:
-        def finished() -> dict[str, Any] | None:
-            run = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
-            return run if run["state"] in _TERMINAL_RUN_STATES else None
-
-        return dict(wait_for(f"run {dag_id}/{run_id} to finish", finished, timeout))
-
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
-        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
-        return self.get(path)["value"]
+    get = AirflowStack.get
+    dags = AirflowStack.dags
+    import_errors = AirflowStack.import_errors
+    trigger = AirflowStack.trigger
+    answer_hitl = AirflowStack.answer_hitl
+    wait_run = AirflowStack.wait_run
+    task_states = AirflowStack.task_states
+    xcom = AirflowStack.xcom
 
 
 @dataclass
@@ -150,6 +136,10 @@ class ServedAirflow:
             parts.append(f"----- {log.name} -----\n{tail(log, 30)}")
         return "\n".join(parts)
 
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise AssertionError(f"serve exited with {self.process.returncode}:\n{self.diagnostics()}")
+
     def wait_exit(self, timeout: float) -> int:
         return self.process.wait(timeout=timeout)
 
@@ -157,12 +147,11 @@ class ServedAirflow:
         """Wait for serve's ready banner; log in with the login it printed."""
 
         def banner() -> re.Match[str] | None:
-            if self.process.poll() is not None:
-                raise AssertionError(f"serve exited with {self.process.returncode}:\n{self.diagnostics()}")
+            self.check_alive()
             return _LOGIN.search(self.out_path.read_text(encoding="utf-8", errors="replace"))
 
         login = wait_for("agentloom serve's ready banner", banner, timeout, interval=0.25)
-        self.rest = AirflowRest(self.url, login.group(1), login.group(2))
+        self.rest = AirflowRest(self.url, login.group(1), login.group(2), self.check_alive)
         return self.rest
 
     def remember_processes(self) -> set[int]:
