@@ -268,7 +268,10 @@ def component_environment(
     env = {key: value for key, value in os.environ.items() if key not in ("AIRFLOW_HOME", "AIRFLOW_CONFIG")}
     defaults = {
         "AIRFLOW__CORE__PARALLELISM": "4",
+        # New and changed workflow files show within seconds: the loader .py is parsed again every
+        # 10 s (Airflow's default 30 s); it reads only the files that changed (its cache).
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "AIRFLOW__AGENTLOOM__WORKING_DIR": str(home.work / "{dag_id}" / "{run_id}"),
         "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
