@@ -182,8 +182,9 @@ class Stack:
         deadline = time.monotonic() + grace
         while any(c.exit_code is None for c in components) and time.monotonic() < deadline and not forced():
             time.sleep(0.1)
+        why = "asked to stop at once" if forced() else f"did not stop within {grace:.0f} s"
         return [
-            f"the {c.name} did not stop within {grace:.0f} s; killed"
+            f"the {c.name} {why}; killed"
             for c in components
             if c.exit_code is None and c.name != "api-server"
         ]
