@@ -93,7 +93,15 @@ def serve(options: ServeOptions, cwd: Path) -> int:
             return 0
         _say(f"Starting Airflow {version('apache-airflow-core')} ({', '.join(COMPONENTS)}) for {dags} ...")
         stack.start()
-        return _watch(stack, signals, started, home, dags, loader, password, database)
+        shown_db = _hide_password(database) if database else str(home.database)
+        lines = [
+            f"  Login:       {prepare.USER} / {password}",
+            f"  DAGs folder: {dags} (loader: {loader.name}; new files appear within about 10 s)",
+            f"  Database:    {shown_db}",
+            f"  Tool steps run in: {env['AIRFLOW__AGENTLOOM__WORKING_DIR']}",
+            f"  Logs:        {stack.logs} (components), {home.logs} (tasks)",
+        ]
+        return _watch(stack, signals, started, "\n".join(lines))
     except BaseException:
         stack.stop(0, lambda: True)
         raise
@@ -119,16 +127,8 @@ def _migrate(stack: Stack, home: ServeHome, database: str | None, signals: _Sign
     return True
 
 
-def _watch(
-    stack: Stack,
-    signals: _Signals,
-    started: float,
-    home: ServeHome,
-    dags: Path,
-    loader: Path,
-    password: str,
-    database: str | None,
-) -> int:
+def _watch(stack: Stack, signals: _Signals, started: float, details: str) -> int:
+    """Print the URL and ``details`` once the api-server answers; watch until a signal or a death."""
     ready = False
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while not signals.stop():
@@ -144,7 +144,11 @@ def _watch(
         if not ready:
             if stack.api_answers():
                 ready = True
-                _print_ready(stack, time.monotonic() - started, home, dags, loader, password, database)
+                print(
+                    f"Airflow is ready at http://127.0.0.1:{stack.port} "
+                    f"(started in {time.monotonic() - started:.1f} s)\n{details}\nPress Ctrl-C to stop.",
+                    flush=True,
+                )
             elif time.monotonic() > deadline:
                 log = stack.logs / "api-server.log"
                 _say(
@@ -156,28 +160,6 @@ def _watch(
         time.sleep(0.25)
     _stop(stack, signals)
     return 0
-
-
-def _print_ready(
-    stack: Stack,
-    seconds: float,
-    home: ServeHome,
-    dags: Path,
-    loader: Path,
-    password: str,
-    database: str | None,
-) -> None:
-    shown_db = _hide_password(database) if database else str(home.database)
-    print(
-        f"Airflow is ready at http://127.0.0.1:{stack.port} (started in {seconds:.1f} s)\n"
-        f"  Login:       {prepare.USER} / {password}\n"
-        f"  DAGs folder: {dags} (loader: {loader.name}; new files appear within about 10 s)\n"
-        f"  Database:    {shown_db}\n"
-        f"  Tool steps run in: {stack.env['AIRFLOW__AGENTLOOM__WORKING_DIR']}\n"
-        f"  Logs:        {stack.logs} (components), {home.logs} (tasks)\n"
-        "Press Ctrl-C to stop.",
-        flush=True,
-    )
 
 
 def _hide_password(url: str) -> str:

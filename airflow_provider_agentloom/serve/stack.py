@@ -31,9 +31,12 @@ from typing import IO
 
 from airflow_provider_agentloom.serve import watchdog
 from airflow_provider_agentloom.tools import _linux
+from airflow_provider_agentloom.tools._proctree import descendants, send_signal
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 API_SERVER_GRACE = 3.0
+_IDLE_WAIT = 2.0
+_WORKER_TITLE = b"airflow worker -- LocalExecutor"
 _TAIL_LINES = 25
 
 
@@ -172,16 +175,34 @@ class Stack:
         self.stop_watchdog()
         return notes
 
+    def stop_watchdog(self) -> None:
+        if self.watchdog_process is not None and self.watchdog_process.poll() is None:
+            self.watchdog_process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.watchdog_process.wait(timeout=5)
+
     @staticmethod
     def _terminate(components: list[Component], grace: float, forced: Callable[[], bool]) -> list[str]:
-        """SIGTERM each component (its main process: it stops its own children) and wait up to ``grace`` s."""
+        """SIGTERM each component (its main process: it stops its own children) and wait up to ``grace`` s.
+
+        A scheduler still waiting, after :data:`_IDLE_WAIT` seconds, for LocalExecutor workers that
+        are all idle has those workers killed: at times one idle worker never gets its shutdown
+        message (seen here after a run), and the scheduler would wait for it forever. An idle
+        worker holds no task; a worker running a task is waited for, up to ``grace``.
+        """
         for component in components:
             if component.exit_code is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(component.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
+        began = time.monotonic()
+        deadline = began + grace
         while any(c.exit_code is None for c in components) and time.monotonic() < deadline and not forced():
             time.sleep(0.1)
+            if time.monotonic() - began > _IDLE_WAIT:
+                for component in components:
+                    if component.name == "scheduler" and component.exit_code is None:
+                        for worker in _idle_workers(component.process.pid):
+                            send_signal(worker, signal.SIGKILL)
         why = "asked to stop at once" if forced() else f"did not stop within {grace:.0f} s"
         return [
             f"the {c.name} {why}; killed"
@@ -189,8 +210,16 @@ class Stack:
             if c.exit_code is None and c.name != "api-server"
         ]
 
-    def stop_watchdog(self) -> None:
-        if self.watchdog_process is not None and self.watchdog_process.poll() is None:
-            self.watchdog_process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.watchdog_process.wait(timeout=5)
+
+def _idle_workers(pid: int) -> list[int]:
+    """The LocalExecutor workers under ``pid`` when all are idle (titled ``...: <idle>``), else none."""
+    workers: dict[int, bytes] = {}
+    for child in descendants(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as handle:
+                title = handle.read().replace(b"\0", b" ").strip()
+        except OSError:
+            continue
+        if title.startswith(_WORKER_TITLE):
+            workers[child] = title
+    return list(workers) if all(title.endswith(b"<idle>") for title in workers.values()) else []
