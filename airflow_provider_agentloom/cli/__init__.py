@@ -1,4 +1,5 @@
-"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``visualize``.
+"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``visualize``,
+``serve``.
 
 Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error; a run
 stopped by a signal exits 128 + its number (130 for Ctrl-C, 143 for SIGTERM).
@@ -165,6 +166,10 @@ def _parser() -> argparse.ArgumentParser:
     visualize.add_argument("file", metavar="FILE")
     visualize.add_argument("--format", "-f", choices=["ascii", "mermaid", "dot"], default="ascii")
     visualize.set_defaults(handler=_visualize)
+
+    from airflow_provider_agentloom.serve.cli import add_serve_command
+
+    add_serve_command(commands)
     return parser
 
 
