@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from airflow_provider_agentloom.runner.home import EmbeddedHome, _jwt_secret, _write_atomically
+from airflow_provider_agentloom.runner.home import EmbeddedHome, jwt_secret, write_atomically
 from airflow_provider_agentloom.serve.watchdog import MARKER_VARIABLE
 
 USER = "admin"
@@ -199,7 +199,7 @@ def login_password(home: ServeHome) -> str:
         if isinstance(password, str) and password:
             return password
     password = secrets.token_urlsafe(12)
-    _write_atomically(home.passwords_file, json.dumps({USER: password}) + "\n", mode=0o600)
+    write_atomically(home.passwords_file, json.dumps({USER: password}) + "\n", mode=0o600)
     return password
 
 
@@ -298,7 +298,7 @@ def component_environment(
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(ports.api),
             "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API_AUTH__JWT_SECRET": _jwt_secret(home),
+            "AIRFLOW__API_AUTH__JWT_SECRET": jwt_secret(home),
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home.logs),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(ports.worker_logs),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(ports.trigger_logs),
