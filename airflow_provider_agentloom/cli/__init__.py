@@ -1,4 +1,4 @@
-"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``visualize``.
+"""The ``agentloom`` CLI: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``visualize``, ``schema``.
 
 Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error; a run
 stopped by a signal exits 128 + its number (130 for Ctrl-C, 143 for SIGTERM).
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom import __version__
+from airflow_provider_agentloom.cli import schema as schema_command
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 
 if TYPE_CHECKING:
@@ -165,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     visualize.add_argument("file", metavar="FILE")
     visualize.add_argument("--format", "-f", choices=["ascii", "mermaid", "dot"], default="ascii")
     visualize.set_defaults(handler=_visualize)
+    schema_command.add_command(commands)
     return parser
 
 
