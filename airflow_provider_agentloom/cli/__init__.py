@@ -346,7 +346,7 @@ def _execute(
                 tools=tools,
                 state=options.state,
                 home=args.home,
-                working_dir=options.cwd,
+                working_dir=workflow.config.airflow.working_dir or options.cwd,
                 on_progress=on_progress,
                 run_context_options={"llm": llm},
                 answers=answers,
@@ -362,7 +362,21 @@ def _execute(
         _print_resume_hint(args, result)
     if args.json:
         print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
+    else:
+        _print_outputs(result, workflow)
     return code
+
+
+def _print_outputs(result: Any, workflow: Workflow) -> None:
+    """The run's last lines, on stdout: each step's output, one line each, as wide as the terminal."""
+    import shutil
+
+    from airflow_provider_agentloom.cli.render import output_lines
+
+    sys.stderr.flush()
+    width = shutil.get_terminal_size((100, 24)).columns
+    for line in output_lines(result, workflow, width):
+        print(line, flush=True)
 
 
 def _gate_answers(workflow: Any, approve: Sequence[str], reject: Sequence[str]) -> dict[str, bool]:
