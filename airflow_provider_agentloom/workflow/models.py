@@ -75,21 +75,37 @@ class AirflowConfig(_Strict):
     """``config.airflow``: our extension; Airflow settings of the DAG built from the workflow."""
 
     dag_id: str | None = None
+    """The DAG id (default: ``name``, made Airflow-safe)."""
     schedule: str | None = None
+    """A cron expression or a preset (``@daily``, ``@once``, ``@continuous``); omitted: manual runs only."""
     start_date: date | datetime | None = None
+    """The first date the schedule covers (default 2024-01-01 when a schedule is set)."""
     end_date: date | datetime | None = None
+    """The last date the schedule covers."""
     catchup: bool = False
+    """Run the schedule's missed intervals since ``start_date``."""
     tags: list[str] = Field(default_factory=list)
+    """DAG tags (``agentloom`` is always added)."""
     owner: str = Field(default="agentloom", max_length=500)  # Airflow's owner columns
+    """The tasks' owner, shown in the UI."""
     max_active_runs: int | None = Field(default=None, ge=1, le=DB_INT_MAX)
+    """The most runs of this DAG at once."""
     max_active_tasks: int | None = Field(default=None, ge=1, le=DB_INT_MAX)
+    """The most tasks of one run at once (default: ``config.max_concurrent_steps``)."""
     dagrun_timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    """The run's time limit in seconds (default: ``config.timeout``)."""
     is_paused_upon_creation: bool | None = None
+    """Whether the DAG starts paused when Airflow first sees it."""
     pool: str | None = Field(default=None, max_length=256)  # Airflow's pool and queue columns
+    """The Airflow pool of every task (create it first: a task in a missing pool never runs)."""
     queue: str | None = Field(default=None, max_length=256)
+    """The executor queue of every task (Celery: the workers of that queue)."""
     working_dir: str | None = None
+    """Where built-in tools run from (``agentloom run`` too); ``{dag_id}`` and ``{run_id}`` are filled in."""
     llm_conn_id: str | None = None
+    """The ``agentloom_llm`` connection of the model steps."""
     doc_md: str | None = None
+    """More Markdown for the DAG's docs."""
 
 
 class WorkflowConfig(_Strict):

@@ -93,12 +93,10 @@ def test_the_schema_describes_the_format_for_editors(validator: jsonschema.Draft
     strict = [name for name, item in defs.items() if item.get("type") == "object" and "properties" in item]
     assert strict
     assert all(defs[name]["additionalProperties"] is False for name in strict)
-    # Every key of the format says what it is (an editor's hover text), but config.airflow's,
-    # which another change is extending.
+    # Every key of the format says what it is (an editor's hover text).
     undocumented = [
         f"{name}.{key}"
         for name, item in defs.items()
-        if name != "AirflowConfig"
         for key, prop in item.get("properties", {}).items()
         if not prop.get("description")
     ]
