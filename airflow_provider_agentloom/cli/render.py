@@ -55,17 +55,18 @@ def summary_line(result: RunResult) -> str:
 def output_lines(result: RunResult, workflow: Workflow, width: int) -> list[str]:
     """Each reported step's output on one line, ``step_id: output``, shortened with ``…`` to ``width``.
 
-    A string shows its text (whitespace runs become one space), anything else its JSON; a step with no
-    output shows its status instead. An output written to a redacted state key shows as its marker.
+    A string shows its text (whitespace runs become one space), anything else its JSON; a step that did
+    not succeed and has no output shows its status instead. An output written to a redacted state key
+    shows as its marker.
     """
     places = dict(_step_places(workflow, "", ()))
     lines = []
     for step_id, step in result.step_results.items():
-        if step.status in (StepStatus.SUCCESS, StepStatus.PAUSED) and step.output is not None:
+        if step.status == StepStatus.SUCCESS or step.output is not None:
             output_key, patterns = places.get(step_id, (None, ()))
             text = _one_line(_masked(step.output, output_key, patterns))
         else:
-            text = f"({step.status.value})" if step.output is None else _one_line(step.output)
+            text = f"({step.status.value})"
         line = f"{step_id}: {text}"
         lines.append(line if len(line) <= width else line[: max(width - 1, 0)] + "…")
     return lines
