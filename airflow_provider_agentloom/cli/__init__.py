@@ -1,5 +1,5 @@
 """The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``visualize``,
-``serve``.
+``serve``, ``schema``.
 
 Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error; a run
 stopped by a signal exits 128 + its number (130 for Ctrl-C, 143 for SIGTERM).
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom import __version__
+from airflow_provider_agentloom.cli import schema as schema_command
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 
 if TYPE_CHECKING:
@@ -170,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     from airflow_provider_agentloom.serve.cli import add_serve_command
 
     add_serve_command(commands)
+    schema_command.add_command(commands)
     return parser
 
 
@@ -351,7 +353,7 @@ def _execute(
                 tools=tools,
                 state=options.state,
                 home=args.home,
-                working_dir=options.cwd,
+                working_dir=workflow.config.airflow.working_dir or options.cwd,
                 on_progress=on_progress,
                 run_context_options={"llm": llm},
                 answers=answers,
@@ -367,7 +369,21 @@ def _execute(
         _print_resume_hint(args, result)
     if args.json:
         print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
+    else:
+        _print_outputs(result, workflow)
     return code
+
+
+def _print_outputs(result: Any, workflow: Workflow) -> None:
+    """The run's last lines, on stdout: each step's output, one line each, as wide as the terminal."""
+    import shutil
+
+    from airflow_provider_agentloom.cli.render import output_lines
+
+    sys.stderr.flush()
+    width = shutil.get_terminal_size((100, 24)).columns
+    for line in output_lines(result, workflow, width):
+        print(line, flush=True)
 
 
 def _gate_answers(workflow: Any, approve: Sequence[str], reject: Sequence[str]) -> dict[str, bool]:
