@@ -122,8 +122,8 @@ def test_validate_names_provider_and_model_only_for_workflows_that_call_a_model(
     assert proc.returncode == 0, proc.stderr
     heads = [line for line in proc.stdout.splitlines() if line.startswith("ok  ")]
     assert heads == [
-        f"ok  {tools_only}: 'tools-only' v1.0, 2 steps in 1 layers",
-        f"ok  {nested_model}: 'nested-model' v1.0, 1 steps in 1 layers (provider mock, model m1)",
+        f"ok  {tools_only}: 'tools-only' v1.0, 2 steps in 1 layer",
+        f"ok  {nested_model}: 'nested-model' v1.0, 1 step in 1 layer (provider mock, model m1)",
     ]
 
 

@@ -437,7 +437,7 @@ def test_agentloom_validate_prints_the_schedule_as_a_person_reads_it(tmp_path: P
     path = _write(tmp_path, SCHEDULED % "{any: ['file:///a', {all: [b, c]}]}")
     done = run_cli("validate", str(path), cwd=tmp_path, env=cli_env(tmp_path / "home"))
     assert done.returncode == 0, done.stderr
-    assert "DAG 'scheduled': 1 tasks, schedule assets file:///a | (b & c)" in done.stdout
+    assert "DAG 'scheduled': 1 task, schedule assets file:///a | (b & c)" in done.stdout
 
 
 def test_a_subworkflow_file_with_a_bad_step_outlets_key_is_named_at_its_own_line(tmp_path: Path) -> None:

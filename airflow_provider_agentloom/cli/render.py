@@ -117,15 +117,15 @@ def validation_report(
     budget = f", budget ${config.budget_usd}" if config.budget_usd is not None else ""
     models = f" (provider {config.provider}, model {config.model}{budget})" if uses_models(workflow) else ""
     print(
-        f"ok  {workflow.source_path}: {workflow.name!r} v{workflow.version}, {len(workflow.steps)} steps "
-        f"in {len(layers)} layers{models}",
+        f"ok  {workflow.source_path}: {workflow.name!r} v{workflow.version}, "
+        f"{_count(len(workflow.steps), 'step')} in {_count(len(layers), 'layer')}{models}",
         file=out,
     )
     if dag is not None:
         from airflow_provider_agentloom.workflow.models import schedule_text
 
         schedule = schedule_text(config.airflow.schedule)
-        print(f"    DAG {dag.dag_id!r}: {len(dag.task_dict)} tasks, schedule {schedule}", file=out)
+        print(f"    DAG {dag.dag_id!r}: {_count(len(dag.task_dict), 'task')}, schedule {schedule}", file=out)
     for index, ids in enumerate(layers):
         print(f"    layer {index}: {', '.join(ids)}", file=out)
     for finding in findings:
@@ -146,3 +146,8 @@ def _layer_plan(graph: StepGraph) -> list[list[str]]:
             layers.append([])
         layers[layer].append(step_id)
     return layers
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
