@@ -225,7 +225,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
             clip(record.name, 100),
             record.arguments,
             result=record.result,
-            error=record.error,
+            error=record.error.removeprefix("Error: ") if record.error is not None else None,
             duration_ms=record.duration_ms,
             replayed=record.replayed,
         )
