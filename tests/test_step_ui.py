@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow_support import run_dag_test, sync_dag, task_states
 
+from airflow_provider_agentloom import WorkflowParser
 from airflow_provider_agentloom.dag_factory import build_dag
 from airflow_provider_agentloom.workflow.parser import load_workflow
+
+_LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
+if _LLM_TESTS not in sys.path:
+    sys.path.insert(0, _LLM_TESTS)
 
 CHILD = """
 name: child-flow
@@ -251,3 +257,43 @@ def test_serialised_dag_holds_the_workflow_text_as_written(showcase: dict[str, A
         "timeout": 20,
     }
     assert stored.get_task("summarize").prompt.startswith("Summarize {state.fetched.stdout}")
+
+
+GATED = """
+name: ui-gate
+config: {{sandbox: {{allow_internal_webhook_targets: true}}}}
+state_schema: {{api_token: {{redact: true}}}}
+state: {{city: Paris, api_token: ""}}
+steps:
+  - {{id: draft, type: tool, tool_name: shell_command, tool_args: {{command: "echo plan for {{state.city}}"}}}}
+  - id: approve
+    type: approval_gate
+    depends_on: [draft]
+    notify: {{url: "{url}/hook", body_template: "Approve the plan for {{state.city}}? token {{state.api_token}}"}}
+    output: decision
+"""
+
+
+def test_rendered_approval_request_and_webhook_body_after_the_answer(tmp_path: Path) -> None:
+    """The gate's task runs twice (the request, then the answer); the fields stored last show both."""
+    from approval_support import responder
+    from llm_loopback import LoopbackServer, Reply
+
+    token = f"tok-SECRET-{secrets.token_hex(8)}"
+    hook = LoopbackServer(lambda _request: Reply(status=204)).start()
+    try:
+        workflow = WorkflowParser.from_yaml(GATED.format(url=hook.url))
+        dag = build_dag(workflow, working_dir=str(tmp_path), discover_tools=False)
+        with responder(dag.dag_id, {"approve": True}):
+            dag_run = run_dag_test(dag, conf={"api_token": token})
+    finally:
+        hook.stop()
+    assert str(dag_run.state) == "success"
+    (sent,) = hook.requests
+    rendered = _rendered(dag_run)["approve"]
+    assert rendered["subject"] == "Approve step 'approve' of workflow 'ui-gate'?"
+    assert "waits at approval gate `approve`" in rendered["body"]
+    assert "plan for Paris" in rendered["body"]  # the output being approved
+    assert rendered["webhook_body"].startswith("Approve the plan for Paris? token <REDACTED:sha256=")
+    assert sent.body == rendered["webhook_body"]  # what was sent is what is shown
+    assert token not in json.dumps(rendered)

@@ -129,7 +129,7 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
             # This part of the task stores its template fields anew: show the request again.
             self.show_rendered(body=self.request_body(context))
             if self.step.notify is not None:
-                self.show_rendered(webhook_body=self.webhook_body(context, state))
+                self.show_rendered(webhook_body=self.render_webhook_body(context, state))
             self.log.info(
                 "Step %s: %s%s", step.id, decision, f" (on_timeout: {step.on_timeout})" if timed_out else ""
             )
@@ -188,7 +188,7 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
             from airflow_provider_agentloom.tools.net import send_webhook
 
             run_id = str(context["run_id"])
-            body = self.webhook_body(context, state)
+            body = self.render_webhook_body(context, state)
             self.show_rendered(webhook_body=body)
             # A gate in a subworkflow sends under the combined sandbox (the spec page's table).
             sandbox = self.run_context.sandbox_config(self.run_context.resolve_working_dir(run_id))
@@ -206,7 +206,7 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
             )
         context["ti"].xcom_push(key="webhook", value=result.as_dict())
 
-    def webhook_body(self, context: Context, state: dict[str, Any]) -> dict[str, Any] | str:
+    def render_webhook_body(self, context: Context, state: dict[str, Any]) -> dict[str, Any] | str:
         """The ``notify`` webhook's body: ``body_template`` rendered, or upstream's default body.
 
         The template sees the state plus ``run_id``, ``step_id`` and ``workflow_name``; secrets are

@@ -108,6 +108,9 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        for name in cls.template_fields:  # a field is set on the instance: it would hide a method
+            if callable(getattr(cls, name, None)):
+                raise TypeError(f"{cls.__name__}: template field {name!r} would hide the method of that name")
         for name in ("execute", "execute_complete"):  # every way Airflow enters a step
             method = cls.__dict__.get(name)
             if method is not None and not getattr(method, "__agentloom_brief__", False):
