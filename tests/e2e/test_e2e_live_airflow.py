@@ -302,7 +302,9 @@ def test_agent_step_reaches_its_model_through_an_airflow_connection(
         # The key is in no XCom and no task log of the run.
         logs = sorted((stack.home / "logs").glob(f"dag_id={AGENT_DAG}/**/*.log"))
         texts = {str(path): path.read_text(encoding="utf-8", errors="replace") for path in logs}
-        assert any("Tool call file_write: notes/answer.txt -> wrote 2 B to " in text for text in texts.values()), texts
+        assert any(
+            "Tool call file_write: notes/answer.txt -> wrote 2 B to " in text for text in texts.values()
+        ), texts
         for task_id in ("answer", "show"):
             for key in ("return_value", "agentloom"):
                 value = json.dumps(stack.xcom(AGENT_DAG, "e2e_agent_1", task_id, key=key))
