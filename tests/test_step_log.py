@@ -102,7 +102,9 @@ def _ours(lines: list[LogLine]) -> list[str]:
 def story(tmp_path_factory: pytest.TempPathFactory, server: LoopbackServer) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("story")
     token = f"tok-SECRET-{secrets.token_hex(8)}"
-    result = _run("ui-log-story", tmp, {"api_token": token, "base": server.url})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("AGENTLOOM_DEBUG", raising=False)  # what a person sees by default
+        result = _run("ui-log-story", tmp, {"api_token": token, "base": server.url})
     return {"result": result, "token": token, "tmp": tmp, "server": server}
 
 
@@ -187,3 +189,33 @@ def test_agentloom_debug_keeps_the_whole_traceback(
     assert kinds == ["ToolError", "FileNotFoundError"]  # the error, then what it was raised from
     frames = [frame["filename"] for exception in failed.traceback for frame in exception["frames"]]
     assert any(name.endswith("tools/invoke.py") for name in frames)
+
+
+def test_an_unexpected_error_says_so_and_keeps_its_type_without_our_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A bug in a step (here: a KeyError out of the tool step's body) is not an error of the workflow."""
+    from airflow_support import run_dag_test, task_states
+
+    from airflow_provider_agentloom.dag_factory import build_dag
+    from airflow_provider_agentloom.operators.tool import ToolStepOperator
+
+    def broken_body(self: Any, context: Any, state: Any) -> Any:
+        raise KeyError("no such thing")
+
+    monkeypatch.setattr(ToolStepOperator, "execute_step", broken_body)
+    monkeypatch.delenv("AGENTLOOM_DEBUG", raising=False)
+    workflow = WorkflowParser.from_yaml(
+        "name: ui-log-bug\nsteps:\n"
+        "  - {id: bug, type: tool, tool_name: shell_command, tool_args: {command: 'true'}, "
+        "retry: {max_retries: 0}}\n"
+    )
+    dag_run = run_dag_test(build_dag(workflow, working_dir=str(tmp_path), discover_tools=False))
+    assert task_states(dag_run)["bug"] == ("failed", 1)
+    printed = capfd.readouterr()
+    text = printed.out + printed.err
+    expected = "Step bug failed: KeyError: 'no such thing' (an unexpected error: set AGENTLOOM_DEBUG=1 for its traceback)"
+    assert expected in text
+    assert text.index(expected) < text.index("Task failed with exception")  # ours first
+    assert "KeyError: 'no such thing'" in text[text.index("Task failed with exception") :]
+    assert "broken_body" not in text  # the frame where it was raised is not shown

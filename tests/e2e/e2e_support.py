@@ -502,6 +502,33 @@ class AirflowStack:
         return "\n".join(parts)
 
     @contextlib.contextmanager
+    def running(self, what: str, ready: Callable[[], Any], label: str = "e2e") -> Iterator[AirflowStack]:
+        """The whole life of a module's stack: a database of its own, the components started until
+        ``ready()`` (waiting for ``what``) is true, then, whatever happened, everything stopped,
+        the database dropped and the timings printed."""
+        started = time.monotonic()
+        self.database = f"agentloom_e2e_{self.run_key}"
+        create_database(self.database)
+        self.start_watchdog()
+        try:
+            with self.explain_failure():
+                self.migrate()
+                self.start_all()
+                self.wait_healthy()
+                wait_for(what, ready, timeout=90)
+                self.timings["start to DAGs listed"] = time.monotonic() - self.started_at
+            yield self
+        finally:
+            notes = self.stop()
+            drop_database(self.database)
+            self.stop_watchdog()
+            self.timings["fixture total"] = time.monotonic() - started
+            rounded = {name: round(value, 1) for name, value in self.timings.items()}
+            print(f"\n[{label}] executor={self.executor} timings (s): {json.dumps(rounded)}")
+            for note in notes:
+                print(f"[{label}] teardown: {note}")
+
+    @contextlib.contextmanager
     def explain_failure(self) -> Iterator[None]:
         """Print the component log tails when the block fails (including a pytest-timeout)."""
         try:
