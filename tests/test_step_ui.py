@@ -73,7 +73,13 @@ steps:
       - {expression: "state.city == 'Paris'", target: paris}
       - {expression: "state.city == 'Nice'", target: nice}
   - {id: lyon, type: tool, depends_on: [route], tool_name: shell_command, tool_args: {command: "echo lyon"}}
-  - {id: paris, type: subworkflow, depends_on: [route], workflow_path: child.yaml, output: from_file}
+  - id: paris
+    type: subworkflow
+    depends_on: [route]
+    workflow_path: child.yaml
+    isolated_state: true
+    input: {where: "{state.city}", carried: "{state.api_token}"}
+    output: from_file
   - id: nice
     type: subworkflow
     depends_on: [route]
@@ -236,6 +242,12 @@ def test_rendered_router_conditions_with_their_values(showcase: dict[str, Any]) 
         ],
         "chosen": "paris (conditions[1])",
     }
+
+
+def test_rendered_subworkflow_input(showcase: dict[str, Any]) -> None:
+    shown = showcase["rendered"]["paris.__start__"]["input"]
+    assert shown["where"] == "Paris"
+    assert shown["carried"].startswith("<REDACTED:sha256=")
 
 
 def test_redacted_state_is_masked_in_rendered_fields(showcase: dict[str, Any]) -> None:

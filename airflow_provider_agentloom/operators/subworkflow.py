@@ -63,11 +63,22 @@ class _SubworkflowTask(AgentLoomStepOperator[SubworkflowStep]):
 
 
 class SubworkflowStartOperator(_SubworkflowTask):
-    """Open a subworkflow: the budget check and the child's start state (see the module doc)."""
+    """Open a subworkflow: the budget check and the child's start state (see the module doc).
+
+    Rendered Templates show an isolated child's ``input``, templated against the parent's state.
+    """
+
+    template_fields = ("input",)
+    template_fields_renderers: ClassVar[dict[str, str]] = {"input": "json"}
+
+    def unrendered_fields(self) -> Mapping[str, Any]:
+        return {"input": self.step.input if self.step.isolated_state else None}
 
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
         child = self.run_context.child(self.step)
         base = child.child_base(state, self.warn_missing)
+        if self.step.isolated_state:
+            self.show_rendered(input={key: base.get(key) for key in self.step.input})
         mode = "isolated" if self.step.isolated_state else "a copy of the parent's state"
         self.log.info(
             "Subworkflow %s (%s) starts from %s: keys %s",
