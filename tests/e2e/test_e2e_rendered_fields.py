@@ -13,7 +13,6 @@ PostgreSQL is not reachable.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import PG_HOST, PG_PORT, REPO_DAGS, AirflowStack, tcp_reachable
+from e2e_support import REPO_DAGS, AirflowStack, require_stack
 
 _LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
@@ -73,12 +72,7 @@ def model_server() -> Iterator[LoopbackServer]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, model_server: LoopbackServer) -> Iterator[AirflowStack]:
-    if not tcp_reachable(PG_HOST, PG_PORT):
-        pytest.skip(f"PostgreSQL is not reachable on {PG_HOST}:{PG_PORT}")
-    missing = [m for m in ("psycopg2", "psutil") if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.fail(f"the e2e test needs {', '.join(missing)} installed in this environment")
-
+    require_stack("LocalExecutor")
     airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e-rendered"), executor="LocalExecutor")
     for loader in REPO_DAGS.glob("*.py"):  # the loader only: this stack parses one workflow
         shutil.copy2(loader, airflow.dags_folder / loader.name)
