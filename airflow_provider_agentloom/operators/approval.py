@@ -129,7 +129,10 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
             # This part of the task stores its template fields anew: show the request again.
             self.show_rendered(body=self.request_body(context))
             if self.step.notify is not None:
-                self.show_rendered(webhook_body=self.render_webhook_body(context, state))
+                try:
+                    self.show_rendered(webhook_body=self.render_webhook_body(context, state))
+                except Exception:  # only shown: its failure was the webhook's, which never fails the gate
+                    self.show_rendered(webhook_body=None)
             self.log.info(
                 "Step %s: %s%s", step.id, decision, f" (on_timeout: {step.on_timeout})" if timed_out else ""
             )
