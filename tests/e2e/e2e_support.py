@@ -500,6 +500,33 @@ class AirflowStack:
         return "\n".join(parts)
 
     @contextlib.contextmanager
+    def running(self, what: str, ready: Callable[[], Any], label: str = "e2e") -> Iterator[AirflowStack]:
+        """The whole life of a module's stack: a database of its own, the components started until
+        ``ready()`` (waiting for ``what``) is true, then, whatever happened, everything stopped,
+        the database dropped and the timings printed."""
+        started = time.monotonic()
+        self.database = f"agentloom_e2e_{self.run_key}"
+        create_database(self.database)
+        self.start_watchdog()
+        try:
+            with self.explain_failure():
+                self.migrate()
+                self.start_all()
+                self.wait_healthy()
+                wait_for(what, ready, timeout=90)
+                self.timings["start to DAGs listed"] = time.monotonic() - self.started_at
+            yield self
+        finally:
+            notes = self.stop()
+            drop_database(self.database)
+            self.stop_watchdog()
+            self.timings["fixture total"] = time.monotonic() - started
+            rounded = {name: round(value, 1) for name, value in self.timings.items()}
+            print(f"\n[{label}] executor={self.executor} timings (s): {json.dumps(rounded)}")
+            for note in notes:
+                print(f"[{label}] teardown: {note}")
+
+    @contextlib.contextmanager
     def explain_failure(self) -> Iterator[None]:
         """Print the component log tails when the block fails (including a pytest-timeout)."""
         try:
@@ -527,6 +554,25 @@ def clear_broker_keys(queue: str) -> None:
 def broker_reachable() -> bool:
     parts = urlsplit(REDIS_URL)
     return tcp_reachable(parts.hostname or "127.0.0.1", parts.port or 6379)
+
+
+def require_stack(executor: str = EXECUTOR) -> None:
+    """Skip without PostgreSQL; fail, saying what is missing, without what ``executor`` needs."""
+    import importlib.util
+
+    if not tcp_reachable(PG_HOST, PG_PORT):
+        pytest.skip(f"PostgreSQL is not reachable on {PG_HOST}:{PG_PORT}")
+    missing = [m for m in ("psycopg2", "psutil") if importlib.util.find_spec(m) is None]
+    if executor == "CeleryExecutor":
+        if importlib.util.find_spec("airflow.providers.celery") is None:
+            missing.append("apache-airflow-providers-celery")
+        if not broker_reachable():
+            pytest.fail(
+                f"Redis is not reachable at {REDIS_URL} (set AGENTLOOM_E2E_REDIS_URL, "
+                "or AGENTLOOM_E2E_EXECUTOR=LocalExecutor to run without Celery)"
+            )
+    if missing:
+        pytest.fail(f"the e2e test needs {', '.join(missing)} installed in this environment")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -568,33 +614,6 @@ def watchdog_main(parent_pid: int, state_file: Path, grace: float = 25.0) -> Non
         print(f"dropped database {state['database']}", flush=True)
     if state.get("queue"):
         clear_broker_keys(state["queue"])
-
-
-@contextlib.contextmanager
-def live_stack(airflow: AirflowStack, dag_ids: set[str], label: str) -> Iterator[AirflowStack]:
-    """Run ``airflow`` on a fresh database until the block ends: migrate, start, wait until the API
-    lists ``dag_ids``; then stop every component, drop the database and print the timings."""
-    started = time.monotonic()
-    airflow.database = f"agentloom_{label.replace('-', '_')}_{airflow.run_key}"
-    create_database(airflow.database)
-    airflow.start_watchdog()
-    try:
-        with airflow.explain_failure():
-            airflow.migrate()
-            airflow.start_all()
-            airflow.wait_healthy()
-            wait_for(f"the DAGs {sorted(dag_ids)} to be listed", lambda: dag_ids <= set(airflow.dags()), 120)
-            airflow.timings["start to DAGs listed"] = time.monotonic() - airflow.started_at
-        yield airflow
-    finally:
-        notes = airflow.stop()
-        drop_database(airflow.database)
-        airflow.stop_watchdog()
-        airflow.timings["fixture total"] = time.monotonic() - started
-        rounded = {name: round(value, 1) for name, value in airflow.timings.items()}
-        print(f"\n[{label}] executor={airflow.executor} timings (s): {json.dumps(rounded)}")
-        for note in notes:
-            print(f"[{label}] teardown: {note}")
 
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--watchdog":

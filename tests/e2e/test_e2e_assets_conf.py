@@ -11,14 +11,13 @@ PostgreSQL is not reachable (``AGENTLOOM_E2E_PG_HOST``/``_PORT``, default 127.0.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_support import PG_HOST, PG_PORT, REPO_DAGS, AirflowStack, live_stack, tcp_reachable, wait_for
+from e2e_support import REPO_DAGS, AirflowStack, require_stack, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -58,17 +57,18 @@ steps:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
-    if not tcp_reachable(PG_HOST, PG_PORT):
-        pytest.skip(f"PostgreSQL is not reachable on {PG_HOST}:{PG_PORT}")
-    missing = [m for m in ("psycopg2", "psutil") if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.fail(f"the e2e test needs {', '.join(missing)} installed in this environment")
+    require_stack("LocalExecutor")
     airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e-assets"), executor="LocalExecutor")
     shutil.copy2(REPO_DAGS / "agentloom_dags.py", airflow.dags_folder / "agentloom_dags.py")
     for name, text in (("producer", PRODUCER_YAML), ("consumer", CONSUMER_YAML), ("strict", STRICT_YAML)):
         (airflow.dags_folder / f"{name}.yaml").write_text(text, encoding="utf-8")
-    with live_stack(airflow, {PRODUCER, CONSUMER, STRICT}, "e2e-assets") as running:
-        yield running
+    expected = {PRODUCER, CONSUMER, STRICT}
+    with airflow.running(
+        f"the DAGs {sorted(expected)} to be listed",
+        lambda: expected <= set(airflow.dags()),
+        label="e2e-assets",
+    ):
+        yield airflow
 
 
 def _runs(stack: AirflowStack, dag_id: str) -> list[dict[str, Any]]:
