@@ -38,10 +38,9 @@ from airflow_provider_agentloom.workflow.models import (
 )
 from airflow_provider_agentloom.workflow.parser import graph_of
 from airflow_provider_agentloom.workflow.redaction import (
-    SecretMasker,
     redacted_key_patterns,
     secret_state_keys,
-    state_secrets,
+    written_secrets,
 )
 
 TAG = "agentloom"
@@ -364,9 +363,7 @@ def dag_doc(workflow: Workflow) -> str:
     if workflow.source_text:
         source = workflow.source_path or "workflow"
         # A redacted state value written in the file stays out of the DAG's docs (and so the UI).
-        secrets = state_secrets(workflow.state, redacted_key_patterns(workflow.state_schema))
-        masker = SecretMasker([*secrets, *(line.strip() for text in secrets for line in text.splitlines())])
-        text = masker.mask_text(workflow.source_text.rstrip())
+        text = written_secrets(workflow.state, workflow.state_schema).mask_text(workflow.source_text.rstrip())
         parts.append(f"Source: `{source}`\n\n```yaml\n{text}\n```")
     return "\n\n".join(part for part in parts if part)
 

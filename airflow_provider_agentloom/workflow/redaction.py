@@ -169,3 +169,12 @@ class SecretMasker:
         if isinstance(value, list | tuple):
             return [self.mask(item) for item in value]
         return value
+
+
+def written_secrets(state: Mapping[str, Any], state_schema: Mapping[str, Any]) -> SecretMasker:
+    """A masker over the redacted values written in a workflow file: each whole, and each line of one.
+
+    What Airflow shows before a run (the DAG's docs, a task's template fields) goes through it.
+    """
+    secrets = state_secrets(state, redacted_key_patterns(state_schema))
+    return SecretMasker([*secrets, *(line.strip() for text in secrets for line in text.splitlines())])
