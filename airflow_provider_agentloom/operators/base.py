@@ -97,7 +97,10 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
         """
         from airflow_provider_agentloom.tools.invoke import describe_tool_call
 
-        line = describe_tool_call(registry, name, arguments, **outcome)
+        try:
+            line = describe_tool_call(registry, name, arguments, **outcome)
+        except Exception as exc:  # a tool's own describe_call/describe_result must not fail the step
+            line = f"{name}(…) -> (not described: {type(exc).__name__})"
         self.log.info("Tool call %s", self.secrets.mask_text(line))
 
     @property

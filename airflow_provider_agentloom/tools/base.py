@@ -70,7 +70,10 @@ def describe_value(value: Any) -> str:
         return f"{text_size(value)} text"
     if isinstance(value, Mapping | list | tuple):
         kind = f"dict of {len(value)} keys" if isinstance(value, Mapping) else f"list of {len(value)} items"
-        return f"{kind}, {text_size(json.dumps(value, default=str))}"
+        try:
+            return f"{kind}, {text_size(json.dumps(value, default=str))}"
+        except (TypeError, ValueError, RecursionError):  # not JSON: the step's output check says why
+            return kind
     return _shown.repr(value)
 
 

@@ -187,8 +187,10 @@ def test_order_pipeline_runs_with_conf(stack: AirflowStack) -> None:
 
         saved = stack.xcom("order-pipeline", "e2e_order_1", "save_order")
         path = Path(saved["path"])
-        # The working dir is [agentloom] working_dir with {dag_id} and {run_id} filled in.
-        assert path == stack.working_dir / "order-pipeline" / "e2e_order_1" / "orders" / "E2E-42.json"
+        # The example's config.airflow.working_dir (/tmp/agentloom/{dag_id}/{run_id}) wins over
+        # [agentloom] working_dir, which the other examples use.
+        run_folder = Path("/tmp/agentloom/order-pipeline/e2e_order_1").resolve()
+        assert path == run_folder / "orders" / "E2E-42.json"
         content = '{"order": "E2E-42", "first_item": "bolt"}'
         assert path.read_text(encoding="utf-8") == content
         assert saved["written"] == len(content.encode())

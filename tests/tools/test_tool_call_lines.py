@@ -88,3 +88,21 @@ def test_errors_and_unknown_tools(registry: ToolRegistry) -> None:
 )
 def test_approx_size(size: int, shown: str) -> None:
     assert approx_size(size) == shown
+
+
+def _looped() -> list[Any]:
+    looped: list[Any] = []
+    looped.append(looped)
+    return looped
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [({(1, 2): "tuple key"}, "dict of 1 keys"), (_looped(), "list of 1 items")],
+)
+def test_a_result_json_cannot_hold_is_described_without_failing(
+    registry: ToolRegistry, result: Any, expected: str
+) -> None:
+    # The step's own output check refuses it with a clear error; the log line must not fail first.
+    line = describe_tool_call(registry, "lookup", {"city": "Oslo"}, result=result, duration_ms=1)
+    assert line == f"lookup(city='Oslo') -> {expected}, 1 ms"
