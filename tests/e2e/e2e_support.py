@@ -229,6 +229,8 @@ class AirflowStack:
     database: str | None = None
     client: httpx.Client | None = None
     extra_env: dict[str, str] = field(default_factory=dict)  # set before start_all (connections…)
+    # (username, password) when the stack has real users (SIMPLE_AUTH_MANAGER_ALL_ADMINS off).
+    credentials: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.home = self.base / "airflow-home"
@@ -414,9 +416,34 @@ class AirflowStack:
 
         wait_for("api-server, scheduler and dag-processor to be healthy", healthy, timeout)
         self.timings["start to healthy"] = time.monotonic() - self.started_at
-        token = client.get("/auth/token")
+        if self.credentials is None:
+            token = client.get("/auth/token")
+        else:
+            username, password = self.credentials
+            token = client.post("/auth/token", json={"username": username, "password": password})
         token.raise_for_status()
         client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+
+    @contextlib.contextmanager
+    def running(self, database: str, notes: list[str], healthy_timeout: float = 90.0) -> Iterator[None]:
+        """The stack on a fresh ``database``: migrated, started and healthy for the block.
+
+        Afterwards, whatever happened: the components stopped (their teardown notes added to
+        ``notes``), the database dropped, the watchdog ended.
+        """
+        self.database = database
+        create_database(database)
+        self.start_watchdog()
+        try:
+            with self.explain_failure():
+                self.migrate()
+                self.start_all()
+                self.wait_healthy(healthy_timeout)
+            yield
+        finally:
+            notes.extend(self.stop())
+            drop_database(database)
+            self.stop_watchdog()
 
     def stop(self) -> list[str]:
         if self.client is not None:

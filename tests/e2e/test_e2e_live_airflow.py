@@ -30,8 +30,6 @@ from e2e_support import (
     REDIS_URL,
     AirflowStack,
     broker_reachable,
-    create_database,
-    drop_database,
     tcp_reachable,
     wait_for,
 )
@@ -139,25 +137,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory, model_server: LoopbackServer
     (airflow.dags_folder / "e2e_control_flow.yaml").write_text(CONTROL_YAML, encoding="utf-8")
     connection = {"conn_type": "agentloom_llm", "host": model_server.url, "password": LLM_KEY}
     airflow.extra_env["AIRFLOW_CONN_E2E_LLM"] = json.dumps(connection)
-    airflow.database = f"agentloom_e2e_{airflow.run_key}"
-    create_database(airflow.database)
-    airflow.start_watchdog()
+    notes: list[str] = []
     try:
-        with airflow.explain_failure():
-            airflow.migrate()
-            airflow.start_all()
-            airflow.wait_healthy()
-            wait_for(
-                "the example DAGs to be listed",
-                lambda: {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG} <= set(airflow.dags()),
-                timeout=90,
-            )
-            airflow.timings["start to DAGs listed"] = time.monotonic() - airflow.started_at
-        yield airflow
+        with airflow.running(f"agentloom_e2e_{airflow.run_key}", notes):
+            with airflow.explain_failure():
+                wait_for(
+                    "the example DAGs to be listed",
+                    lambda: {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG} <= set(airflow.dags()),
+                    timeout=90,
+                )
+                airflow.timings["start to DAGs listed"] = time.monotonic() - airflow.started_at
+            yield airflow
     finally:
-        notes = airflow.stop()
-        drop_database(airflow.database)
-        airflow.stop_watchdog()
         airflow.timings["fixture total"] = time.monotonic() - started
         print(f"\n[e2e] executor={airflow.executor} timings (s): " + json.dumps(_rounded(airflow.timings)))
         for note in notes:
