@@ -234,3 +234,54 @@ def test_a_real_run_read_back_as_the_ui_does(tmp_path: Path) -> None:
             cost_usd=report.cost_usd,
         )
     ]
+
+
+FAILING = """
+name: summary-failing
+config:
+  provider: mock
+  model: gpt-4o-mini
+  responses_file: replies.json
+  budget_usd: 0.0001
+  on_step_failure: continue
+steps:
+  - {id: broken, type: tool, tool_name: file_read, tool_args: {path: missing.txt}, output: oops}
+  - {id: after_broken, type: tool, depends_on: [broken], tool_name: shell_command,
+     tool_args: {command: "echo after"}, output: after}
+  - {id: draft, type: llm_call, depends_on: [after_broken], prompt: "Draft", output: draft}
+  - {id: again, type: llm_call, depends_on: [draft], prompt: "Again {state.draft}", output: again}
+"""
+
+
+def test_a_failed_run_counts_failures_budget_stops_and_skips(tmp_path: Path) -> None:
+    from airflow.utils.session import create_session
+
+    from airflow_provider_agentloom.ui.reading import read_run
+
+    source = tmp_path / "summary_failing.yaml"
+    source.write_text(FAILING, encoding="utf-8")
+    (tmp_path / "replies.json").write_text(json.dumps(REPLIES), encoding="utf-8")
+    dag = build_dag(WorkflowParser.from_yaml(source), working_dir=str(tmp_path))
+    dag_run = run_dag_test(dag)
+    assert str(dag_run.state) == "failed"
+
+    with create_session() as session:
+        view = read_run(session, dag.dag_id, dag_run.run_id)
+    assert view is not None
+    statuses = {r.step_id: r.status.value for r in view.steps}
+    # broken fails; with on_step_failure: continue, after_broken runs after its failed parent;
+    # draft spends past the budget, so again is stopped by it (skipped, as upstream says).
+    assert statuses == {"draft": "success", "again": "skipped", "broken": "failed", "after_broken": "success"}
+    summary = view.summary
+    assert summary.status == "failed"
+    assert summary.steps.model_dump() == {
+        "succeeded": 2,
+        "failed": 1,
+        "skipped": 1,
+        "waiting": 0,
+        "not_finished": 0,
+    }
+    assert summary.cost_usd == pytest.approx(0.00036)
+    assert summary.budget_left_usd == pytest.approx(0.0001 - 0.00036)
+    html = pages.summary_page(dag.dag_id, summary, view.steps, view.step_types, view.recorded)
+    assert "(over budget)" in html
