@@ -424,27 +424,6 @@ class AirflowStack:
         token.raise_for_status()
         client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
 
-    @contextlib.contextmanager
-    def running(self, database: str, notes: list[str], healthy_timeout: float = 90.0) -> Iterator[None]:
-        """The stack on a fresh ``database``: migrated, started and healthy for the block.
-
-        Afterwards, whatever happened: the components stopped (their teardown notes added to
-        ``notes``), the database dropped, the watchdog ended.
-        """
-        self.database = database
-        create_database(database)
-        self.start_watchdog()
-        try:
-            with self.explain_failure():
-                self.migrate()
-                self.start_all()
-                self.wait_healthy(healthy_timeout)
-            yield
-        finally:
-            notes.extend(self.stop())
-            drop_database(database)
-            self.stop_watchdog()
-
     def stop(self) -> list[str]:
         if self.client is not None:
             self.client.close()
@@ -527,6 +506,33 @@ class AirflowStack:
         for task_log in sorted((self.home / "logs").rglob("*.log"))[:20]:
             parts.append(f"----- task log {task_log.relative_to(self.home)} -----\n{tail(task_log, 25)}")
         return "\n".join(parts)
+
+    @contextlib.contextmanager
+    def running(self, what: str, ready: Callable[[], Any], label: str = "e2e") -> Iterator[AirflowStack]:
+        """The whole life of a module's stack: a database of its own, the components started until
+        ``ready()`` (waiting for ``what``) is true, then, whatever happened, everything stopped,
+        the database dropped and the timings printed."""
+        started = time.monotonic()
+        self.database = f"agentloom_e2e_{self.run_key}"
+        create_database(self.database)
+        self.start_watchdog()
+        try:
+            with self.explain_failure():
+                self.migrate()
+                self.start_all()
+                self.wait_healthy()
+                wait_for(what, ready, timeout=90)
+                self.timings["start to DAGs listed"] = time.monotonic() - self.started_at
+            yield self
+        finally:
+            notes = self.stop()
+            drop_database(self.database)
+            self.stop_watchdog()
+            self.timings["fixture total"] = time.monotonic() - started
+            rounded = {name: round(value, 1) for name, value in self.timings.items()}
+            print(f"\n[{label}] executor={self.executor} timings (s): {json.dumps(rounded)}")
+            for note in notes:
+                print(f"[{label}] teardown: {note}")
 
     @contextlib.contextmanager
     def explain_failure(self) -> Iterator[None]:

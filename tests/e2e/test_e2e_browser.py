@@ -36,7 +36,6 @@ from e2e_support import (
     PG_PORT,
     AirflowStack,
     tcp_reachable,
-    wait_for,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -120,22 +119,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         }
     )
     airflow.credentials = (USERNAME, PASSWORD)
-    notes: list[str] = []
-    try:
-        with airflow.running(f"agentloom_ui_{airflow.run_key}", notes, healthy_timeout=180):
-            with airflow.explain_failure():
-                wait_for("the ui-tour DAG to be listed", lambda: DAG_ID in airflow.dags(), timeout=120)
-                for run_id, conf in ((RUN_ID, {}), (SECOND_RUN_ID, {"topic": "the launch plan"})):
-                    started = time.monotonic()
-                    airflow.trigger(DAG_ID, run_id, conf)
-                    run = airflow.wait_run(DAG_ID, run_id, timeout=180)
-                    airflow.timings[f"{run_id} (wall)"] = time.monotonic() - started
-                    assert run["state"] == "success", airflow.task_states(DAG_ID, run_id)
-            yield airflow
-    finally:
-        print(f"\n[ui] timings (s): {json.dumps({k: round(v, 1) for k, v in airflow.timings.items()})}")
-        for note in notes:
-            print(f"[ui] teardown: {note}")
+    with airflow.running("the ui-tour DAG to be listed", lambda: DAG_ID in airflow.dags(), label="ui"):
+        with airflow.explain_failure():
+            for run_id, conf in ((RUN_ID, {}), (SECOND_RUN_ID, {"topic": "the launch plan"})):
+                started = time.monotonic()
+                airflow.trigger(DAG_ID, run_id, conf)
+                run = airflow.wait_run(DAG_ID, run_id, timeout=180)
+                airflow.timings[f"{run_id} (wall)"] = time.monotonic() - started
+                assert run["state"] == "success", airflow.task_states(DAG_ID, run_id)
+        yield airflow
 
 
 # --------------------------------------------------------------------------------------------------
