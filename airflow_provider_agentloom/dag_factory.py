@@ -157,7 +157,8 @@ def _add_subworkflow(
         group_id=group_id,
         dag=dag,
         tooltip=f"subworkflow {child.workflow.name!r} ({source})",
-        ui_color="#ede7f6",
+        ui_color=SubworkflowOperator.ui_color,
+        ui_fgcolor=SubworkflowOperator.ui_fgcolor,
         **nesting,
     )
     own = {key: kwargs[key] for key in ("pool", "queue") if key in kwargs}

@@ -8,8 +8,8 @@ from typing import Any
 BUNDLE = "dags-folder"
 
 
-def run_dag_test(dag: Any, conf: dict[str, Any] | None = None) -> Any:
-    """Write ``dag`` to the metadata database (dag.test needs it serialised), then run it once."""
+def sync_dag(dag: Any) -> None:
+    """Write ``dag`` to the metadata database, serialised, as the dag-processor does."""
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.dagbag import sync_bag_to_db
 
@@ -18,6 +18,11 @@ def run_dag_test(dag: Any, conf: dict[str, Any] | None = None) -> Any:
         dags={dag.dag_id: dag}, import_errors={}, dag_warnings=set(), bundle_path=None, file_last_changed={}
     )
     sync_bag_to_db(bag, BUNDLE, None)
+
+
+def run_dag_test(dag: Any, conf: dict[str, Any] | None = None) -> Any:
+    """Write ``dag`` to the metadata database (dag.test needs it serialised), then run it once."""
+    sync_dag(dag)
     return dag.test(run_conf=conf, logical_date=None)
 
 

@@ -667,7 +667,8 @@ def test_example_35_replays_its_fixture_and_its_tool_error_goes_back_to_the_mode
     fixture_path = run.work.resolve() / "recordings" / "tool_calling.json"
     assert f"LLM provider: mock (fixture {fixture_path})" in events
     (tool_line,) = [event for event in events if event.startswith("Tool call ")]
-    assert tool_line.startswith(f"Tool call http_request(method, url) -> error: {error}, ")
+    assert tool_line.startswith("Tool call http_request: GET https://httpbin.org/")
+    assert f" -> failed: {error.removeprefix('Error: ')}, " in tool_line
     assert tool_line.endswith(" ms")
     usage = ask["token_usage"]
     model_line = (

@@ -78,9 +78,9 @@ def test_agent_calls_two_custom_tools_and_a_builtin_then_answers(
     assert meta["cost_usd"] == pytest.approx(0.002)
     log = capfd.readouterr()
     text = log.out + log.err
-    assert "Tool call price_of(product) -> ok" in text
-    assert "Tool call file_read(path) -> ok" in text
-    assert "Tool call to_eur(amount) -> ok" in text
+    assert "Tool call price_of(product='apple') -> dict of 2 keys, 34 B, " in text
+    assert "Tool call file_read: note.txt -> 17 B read, " in text
+    assert "Tool call to_eur(amount=1.5) -> 1.35, " in text
 
 
 def test_agent_tool_error_goes_back_to_the_model(tmp_path: Path) -> None:

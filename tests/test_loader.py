@@ -143,7 +143,7 @@ def test_every_step_type_has_an_operator_and_loads(tmp_path: Path) -> None:
     assert sorted(tasks) == sorted(
         ["first", "pick", "sub.__start__", "sub.x", "sub.__end__", "other", "gate", "think"]
     )
-    assert {task.operator_name for task in tasks.values()} >= {
+    assert {task.task_type for task in tasks.values()} >= {
         "RouterOperator",
         "ApprovalGateOperator",
         "ToolStepOperator",

@@ -233,7 +233,7 @@ def test_replay_of_a_record_tools_recording_is_offline_and_does_not_run_the_tool
     assert (setup.work / "summary.txt").read_text(encoding="utf-8") == replayed["final_state"]["summary"]
     events = task_log_events(replayed, "research")
     (tool_line,) = [event for event in events if event.startswith("Tool call ")]
-    assert tool_line.startswith("Tool call append_note(text) -> ok (replayed)")
+    assert tool_line == f"Tool call append_note(text={FACT!r}) -> dict of 2 keys, 59 B (replayed)"
 
 
 @pytest.mark.timeout(300)
@@ -259,4 +259,4 @@ def test_replay_of_a_recording_without_record_tools_runs_the_tool_again(
     assert_same_run(replayed, recorded)
     events = task_log_events(replayed, "research")
     (tool_line,) = [event for event in events if event.startswith("Tool call ")]
-    assert tool_line.startswith("Tool call append_note(text) -> ok, ")
+    assert tool_line.startswith(f"Tool call append_note(text={FACT!r}) -> dict of 2 keys, 59 B, ")

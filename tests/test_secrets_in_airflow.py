@@ -4,10 +4,10 @@ An ``llm_call`` step reads its model connection from ``AIRFLOW_CONN_SECRET_LLM``
 ``agentloom_llm``: password = the key, host = a loopback OpenAI chat-completions server) and runs
 through ``dag.test()`` and through the runner (real task processes, which write Airflow's task log
 files). After each run, everything Airflow kept is searched for the key: every XCom of every task,
-the rendered template fields Airflow stored, every file under the Airflow home's logs folder, what
-the run printed or logged, the run's result, and every row of the metadata database. The step
-operators declare no Airflow template fields (a step renders its own prompt), so the rendered
-prompt is checked where it goes: the request body the model server received.
+the rendered template fields Airflow stored (the rendered prompt among them), every file under the
+Airflow home's logs folder, what the run printed or logged, the run's result, and every row of the
+metadata database. The rendered prompt is also checked where it goes: the request body the model
+server received.
 
 Each test uses a key of its own, so a leak is pinned to the test that caused it.
 """

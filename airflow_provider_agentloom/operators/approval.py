@@ -16,7 +16,10 @@ What differs from the provider's operator:
   the step's own ``timeout``), ``on_timeout`` its ``defaults``; without ``on_timeout`` a timeout
   fails the gate, and is not retried;
 - both the start (before waiting) and the resume go through :class:`~.lifecycle.StepRun`, so the
-  gate's output and metadata are pushed like any step's.
+  gate's output and metadata are pushed like any step's;
+- Rendered Templates show the request's ``subject`` and ``body`` and the ``notify`` webhook's
+  body as sent (``webhook_body``), secrets masked; the resume shows them again, as Airflow stores
+  the fields of each part of the task.
 
 Multiple inheritance, not a mixin tree of our own: the gate *is* an ``ApprovalOperator``
 (``HITLOperator.generate_link_to_ui_from_context`` and the UI's HITL views check that), and our
@@ -26,7 +29,7 @@ one base adds the step lifecycle; each ``__init__`` is cooperative.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -62,9 +65,11 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
     """
 
     ui_color = "#fff3bf"
+    ui_fgcolor = "#5f4b00"
     step_type: ClassVar[str] = "approval_gate"
     # The subject and body come from the workflow and its state, never from Jinja templates.
-    template_fields: Sequence[str] = ()
+    template_fields: Sequence[str] = ("subject", "body", "webhook_body")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"body": "md", "webhook_body": "json"}
 
     def __init__(self, *, step: ApprovalGateStep, run_context: WorkflowRunContext, **kwargs: Any) -> None:
         # The step's own ``timeout`` stays the kill switch of the execution phase: kept away from
@@ -78,12 +83,19 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         super().__init__(step=step, run_context=run_context, **kwargs)
         self.execution_timeout = execution_timeout
 
+    def graph_label(self) -> str:
+        return "approval"
+
+    def unrendered_fields(self) -> Mapping[str, Any]:
+        notify = self.step.notify
+        return {"webhook_body": notify.body_template if notify is not None else None}
+
     def execute(self, context: Context) -> Any:
         """Write the request (subject, body), send the ``notify`` webhook, then wait for an answer."""
         run: StepRun[ApprovalGateStep] = StepRun(self, context)
         with run.guard():
             state = run.begin()
-            self.body = run.secrets.mask_text(self.request_body(context))
+            self.show_rendered(body=self.request_body(context))
         try:
             return HITLOperator.execute(self, context)
         except TaskAwaitingInput:  # the request is written: tell the webhook, then wait
@@ -113,7 +125,14 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
             timed_out = bool(event.get("timedout"))
             user = answer.get("responded_by_user") or {}
             self.hitl_summary_extra["approved"] = decision == APPROVED
-            run.read_state()  # the state's secrets, for the masks of what is pushed
+            state = run.read_state()  # the state's secrets, for the masks of what is pushed
+            # This part of the task stores its template fields anew: show the request again.
+            self.show_rendered(body=self.request_body(context))
+            if self.step.notify is not None:
+                try:
+                    self.show_rendered(webhook_body=self.render_webhook_body(context, state))
+                except Exception:  # only shown: its failure was the webhook's, which never fails the gate
+                    self.show_rendered(webhook_body=None)
             self.log.info(
                 "Step %s: %s%s", step.id, decision, f" (on_timeout: {step.on_timeout})" if timed_out else ""
             )
@@ -169,23 +188,11 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         if config is None:
             return
         try:
-            from airflow_provider_agentloom.tools.net import default_webhook_body, send_webhook
+            from airflow_provider_agentloom.tools.net import send_webhook
 
-            workflow_name = self.run_context.workflow.name
             run_id = str(context["run_id"])
-            body: dict[str, Any] | str
-            if config.body_template:
-                from airflow_provider_agentloom.workflow.templates import render_template
-
-                names = {**state, "run_id": run_id, "step_id": self.step.id, "workflow_name": workflow_name}
-                body = run.secrets.mask_text(render_template(config.body_template, names, self.warn_missing))
-            else:
-                body = default_webhook_body(
-                    run_id=run_id,
-                    step_id=self.step.id,
-                    workflow_name=workflow_name,
-                    ui_url=self._ui_link(context),
-                )
+            body = self.render_webhook_body(context, state)
+            self.show_rendered(webhook_body=body)
             # A gate in a subworkflow sends under the combined sandbox (the spec page's table).
             sandbox = self.run_context.sandbox_config(self.run_context.resolve_working_dir(run_id))
             result = send_webhook(config, body, sandbox=sandbox, mask=run.secrets.mask)
@@ -201,6 +208,27 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
                 "Step %s: webhook to %s not delivered: %s", self.step.id, result.url, result.error
             )
         context["ti"].xcom_push(key="webhook", value=result.as_dict())
+
+    def render_webhook_body(self, context: Context, state: dict[str, Any]) -> dict[str, Any] | str:
+        """The ``notify`` webhook's body: ``body_template`` rendered, or upstream's default body.
+
+        The template sees the state plus ``run_id``, ``step_id`` and ``workflow_name``; secrets are
+        masked.
+        """
+        from airflow_provider_agentloom.tools.net import default_webhook_body
+
+        config = self.step.notify
+        assert config is not None
+        workflow_name = self.run_context.workflow.name
+        run_id = str(context["run_id"])
+        if config.body_template:
+            from airflow_provider_agentloom.workflow.templates import render_template
+
+            names = {**state, "run_id": run_id, "step_id": self.step.id, "workflow_name": workflow_name}
+            return self.secrets.mask_text(render_template(config.body_template, names, self.warn_missing))
+        return default_webhook_body(
+            run_id=run_id, step_id=self.step.id, workflow_name=workflow_name, ui_url=self._ui_link(context)
+        )
 
     def _ui_link(self, context: Context) -> str | None:
         """The gate's Required Actions page, when ``[api] base_url`` is set."""

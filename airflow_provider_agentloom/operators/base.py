@@ -4,15 +4,27 @@ It holds what a task needs to run its step (the step model and the workflow's ru
 runs one attempt through :class:`~.lifecycle.StepRun`, which owns state, outputs, metadata and
 error mapping. Step types implement :meth:`execute_step`; operators whose Airflow path is not a
 plain ``execute`` (a branch, a human answer) call ``StepRun`` themselves.
+
+What a person sees of a step in Airflow's UI is set here once; step types only contribute:
+
+- the graph label (Airflow's ``custom_operator_name``, per task): :meth:`graph_label`, e.g.
+  ``tool: shell_command`` or ``llm_call: gpt-4o-mini``, and the class's ``ui_color``/``ui_fgcolor``;
+- the Rendered Templates: the step type's ``template_fields`` hold the workflow's text as written
+  (:meth:`unrendered_fields`) until the step renders its own ``{state.x}`` templates and shows the
+  result (:meth:`show_rendered`, secrets masked). Airflow's Jinja never renders workflow text
+  (:meth:`render_template_fields` does nothing), and ``overwrite_rtif_after_execution`` has the task
+  runner store the fields again once the attempt ends, as ``@task.bash`` does with its command;
+- one task-log line per tool call (:meth:`log_tool_call`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_agentloom.operators.lifecycle import StepOutcome, StepRun, StepT
+from airflow_provider_agentloom.operators.lifecycle import StepOutcome, StepRun, StepT, brief_errors
 from airflow_provider_agentloom.operators.masking import TaskSecrets
 from airflow_provider_agentloom.workflow.results import META_KEY
 
@@ -20,6 +32,10 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_agentloom.operators.context import WorkflowRunContext
+    from airflow_provider_agentloom.tools.registry import ToolRegistry
+
+MAX_LABEL = 100
+"""The longest graph label (a long model name or file name is cut)."""
 
 __all__ = ["META_KEY", "AgentLoomStepOperator", "StepOutcome", "StepRun"]
 
@@ -32,14 +48,56 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
     """
 
     ui_color = "#e8f0fe"
+    ui_fgcolor = "#1a1a1a"
     shallow_copy_attrs = ("step", "run_context")
     step_type: ClassVar[str] = ""
+    # Store the template fields again when the attempt ends: they then hold what the step rendered.
+    overwrite_rtif_after_execution = True
 
     def __init__(self, *, step: StepT, run_context: WorkflowRunContext, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.step: StepT = step
         self.run_context = run_context
         self.current_run: StepRun[StepT] | None = None
+        label = self.graph_label()
+        self.custom_operator_name = label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
+        for name, value in self.unrendered_fields().items():
+            setattr(self, name, value)
+
+    def graph_label(self) -> str:
+        """What the task's box in the graph says the step is (``custom_operator_name``)."""
+        return self.step_type
+
+    def unrendered_fields(self) -> Mapping[str, Any]:
+        """Each template field's value before the step runs: the workflow's text, as written."""
+        return {}
+
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        """Render nothing: workflow text is never Jinja (``{{ }}`` in a prompt stays as written).
+
+        The step renders its own ``{state.x}`` templates as it runs and shows the result in its
+        template fields (:meth:`show_rendered`).
+        """
+
+    def show_rendered(self, **fields: Any) -> None:
+        """Show what the step rendered in Rendered Templates, the task's secrets masked."""
+        for name, value in fields.items():
+            if name not in self.template_fields:
+                raise AssertionError(f"{name!r} is not a template field of {type(self).__name__}")
+            setattr(self, name, self.secrets.mask(value))
+
+    def log_tool_call(
+        self, registry: ToolRegistry, name: str, arguments: Mapping[str, Any], **outcome: Any
+    ) -> None:
+        """Log one line for one tool call: the call and what came of it, secrets masked.
+
+        :param outcome: ``result``, ``error``, ``duration_ms`` and ``replayed``, as
+            :func:`~airflow_provider_agentloom.tools.invoke.describe_tool_call` takes them.
+        """
+        from airflow_provider_agentloom.tools.invoke import describe_tool_call
+
+        line = describe_tool_call(registry, name, arguments, **outcome)
+        self.log.info("Tool call %s", self.secrets.mask_text(line))
 
     @property
     def secrets(self) -> TaskSecrets:
@@ -48,6 +106,17 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
             return TaskSecrets(self.run_context.workflow)
         return self.current_run.secrets
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls.template_fields:  # a field is set on the instance: it would hide a method
+            if callable(getattr(cls, name, None)):
+                raise TypeError(f"{cls.__name__}: template field {name!r} would hide the method of that name")
+        for name in ("execute", "execute_complete"):  # every way Airflow enters a step
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "__agentloom_brief__", False):
+                setattr(cls, name, brief_errors(method))
+
+    @brief_errors
     def execute(self, context: Context) -> Any:
         return StepRun(self, context).execute(self.execute_step)
 

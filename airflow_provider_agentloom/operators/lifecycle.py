@@ -8,11 +8,18 @@ timeout ends the attempt with status ``timeout``, and the budget stops the step 
 An operator's ``execute``, a router's choice before Airflow skips the other branches, and an
 approval gate's resume after a person answered all go through it, so every path of Airflow that
 ends a step pushes the same output and metadata.
+
+A failure is logged first as one clear ERROR line (``Step fetch failed: …``); the exception then
+leaves the operator without the traceback of our code nor the exceptions it was raised from
+(:func:`brief_errors`), so Airflow's own "Task failed with exception" entry ends in the same
+sentence instead of a page of frames. ``AGENTLOOM_DEBUG`` set to anything keeps every traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +39,38 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.workflow.models import StepModel
 
 StepT = TypeVar("StepT", bound="StepModel")
+MethodT = TypeVar("MethodT", bound=Callable[..., Any])
+
+DEBUG_ENV = "AGENTLOOM_DEBUG"
+"""Set (to anything) to keep the tracebacks of a step's errors in the task log."""
+
+
+def debugging() -> bool:
+    """Whether ``AGENTLOOM_DEBUG`` asks for whole tracebacks."""
+    return bool(os.environ.get(DEBUG_ENV))
+
+
+def brief_errors(method: MethodT) -> MethodT:
+    """Wrap an operator's ``execute`` (or resume method): what it raises leaves without our frames.
+
+    The exception keeps its type and message, so Airflow's retry rules still apply; only its
+    traceback and its chain (``raise … from``) are dropped, unless :func:`debugging`. Airflow's
+    signalling exceptions (skip, defer, await input) pass untouched.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except (Exception, AirflowTaskTimeout) as exc:
+            if debugging() or (_is_control_flow(exc) and not isinstance(exc, AirflowFailException)):
+                raise
+            exc.__cause__ = None
+            exc.__suppress_context__ = True
+            raise exc.with_traceback(None) from None
+
+    wrapper.__agentloom_brief__ = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass
@@ -87,7 +126,9 @@ class StepRun(Generic[StepT]):
         try:
             yield
         except AirflowTaskTimeout:
-            self._end(StepStatus.TIMEOUT, f"Step {self.step.id!r} timed out after {self.step.timeout}s")
+            error = f"Step {self.step.id!r} timed out after {self.step.timeout}s"
+            self._end(StepStatus.TIMEOUT, error)
+            log.error("%s", error)
             raise
         except BudgetExceededError as exc:
             self.meta.budget_exceeded = True
@@ -103,7 +144,10 @@ class StepRun(Generic[StepT]):
         except Exception as exc:
             if _is_control_flow(exc):
                 raise
-            self._end(StepStatus.FAILED, f"{type(exc).__name__}: {exc}")
+            error = self.secrets.mask_text(f"{type(exc).__name__}: {exc}")
+            self._end(StepStatus.FAILED, error)
+            hint = "" if debugging() else f" (an unexpected error: set {DEBUG_ENV}=1 for its traceback)"
+            log.error("Step %s failed: %s%s", self.step.id, error, hint)
             raise
 
     def check_budget(self) -> None:

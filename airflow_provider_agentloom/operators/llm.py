@@ -9,6 +9,9 @@ later attempt of the same task reuses the replies already received, in order. Wi
 ``config.budget_usd`` every model call first checks the run's budget (``operators.budget``).
 The tool loop's fan-out limits are the provider options ``[agentloom] max_parallel_tool_calls``
 and ``max_tool_calls_per_reply`` (defaults in ``llm.loop``).
+
+Rendered Templates show the model called and the rendered prompts; the task log has one line per
+model call and one per tool call.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -65,7 +69,22 @@ class _ModelCall:
 class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
     """The shared body of the steps that call a model; subclasses say which tools and how many rounds."""
 
-    ui_color = "#e6f4ea"
+    template_fields = ("model", "system_prompt", "prompt")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"system_prompt": "md", "prompt": "md"}
+
+    def graph_label(self) -> str:
+        return f"{self.step_type}: {self.written_model()}"
+
+    def written_model(self) -> str:
+        """The model the workflow names for this step: its own, the CLI's, else ``config.model``.
+
+        A connection's default model is read only when the step runs (:meth:`WorkflowRunContext.model_for`).
+        """
+        return self.step.model or self.run_context.llm.model or self.run_context.workflow.config.model
+
+    def unrendered_fields(self) -> Mapping[str, Any]:
+        step = self.step
+        return {"model": self.written_model(), "system_prompt": step.system_prompt, "prompt": step.prompt}
 
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
         step = self.step
@@ -73,10 +92,12 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
             raise StepError(f"{step.type} step {step.id!r} has no prompt")
         prompt = render_template(step.prompt, state, self.warn_missing)
         system = render_template(step.system_prompt, state, self.warn_missing) if step.system_prompt else None
+        self.show_rendered(prompt=prompt, system_prompt=system)
         base_dir = self.run_context.resolve_working_dir(context["run_id"])
         # Connections and options are read here, outside the event loop: in a task each lookup is
         # a request to the task supervisor.
         gateway, default_model = self.run_context.gateway(base_dir, mask=self.secrets.mask)
+        self.show_rendered(model=self.run_context.model_for(step, default_model))
         registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
         client: Any = _ReplyCache(gateway, context.get("task_state_store"), self.log, self.secrets)
         guard = self._budget_guard(client, context)
@@ -186,7 +207,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
             request,
             execute,
             self.max_rounds(),
-            on_tool_call=self._log_tool_call,
+            on_tool_call=lambda record: self._log_tool_call(registry, record),
             on_chunk=on_chunk,
             max_parallel_tool_calls=parallel,
             max_tool_calls_per_reply=per_reply,
@@ -196,18 +217,17 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         outcome.extra["turns"] = result.turns
         return outcome
 
-    def _log_tool_call(self, record: ToolCallRecord) -> None:
+    def _log_tool_call(self, registry: ToolRegistry, record: ToolCallRecord) -> None:
         from airflow_provider_agentloom.llm.errors import clip
 
-        verdict = f"error: {record.error}" if record.error else "ok"
-        replayed = " (replayed)" if record.replayed else ""
-        self.log.info(
-            "Tool call %s(%s) -> %s%s, %.0f ms",
+        self.log_tool_call(
+            registry,
             clip(record.name, 100),
-            clip(", ".join(sorted(record.arguments)), 200),
-            verdict,
-            replayed,
-            record.duration_ms or 0.0,
+            record.arguments,
+            result=record.result,
+            error=record.error.removeprefix("Error: ") if record.error is not None else None,
+            duration_ms=record.duration_ms,
+            replayed=record.replayed,
         )
 
     async def _attachments(self, state: dict[str, Any], base_dir: Path) -> list[Any]:
@@ -250,6 +270,8 @@ class LLMCallOperator(ModelStepOperator[LLMCallStep]):
     A tool error or sandbox refusal goes back to the model as the tool's result; the step goes on.
     """
 
+    ui_color = "#e6f4ea"
+    ui_fgcolor = "#0b4f23"
     step_type: ClassVar[str] = "llm_call"
 
     def uses_tools(self) -> bool:
@@ -271,6 +293,8 @@ class AgentOperator(ModelStepOperator[AgentStep]):
     concurrently, every one through the registry and the sandbox.
     """
 
+    ui_color = "#d2e3fc"
+    ui_fgcolor = "#0d3a80"
     step_type: ClassVar[str] = "agent"
 
     def uses_tools(self) -> bool:

@@ -25,6 +25,9 @@ task that is cleared and re-run later stays skipped (Airflow's ``NotPreviouslySk
 
 A router that matches nothing and has no default fails at once (``NoRouteError`` is not retryable:
 the same state always gives the same answer), a deliberate deviation from upstream, which retries.
+
+Rendered Templates show each condition with the value it had (``not evaluated`` after the first
+that matched) and the target ``chosen``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,12 @@ from airflow.sdk.bases.skipmixin import SkipMixin
 
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome, StepRun
 from airflow_provider_agentloom.workflow.models import RouterStep
-from airflow_provider_agentloom.workflow.routing import RouteDecision, choose_route, describe_values
+from airflow_provider_agentloom.workflow.routing import (
+    RouteDecision,
+    choose_route,
+    describe_values,
+    shown_value,
+)
 from airflow_provider_agentloom.workflow.state import STEPS_KEY
 
 if TYPE_CHECKING:
@@ -48,10 +56,19 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
     """Evaluate a router's conditions against the state and skip every child it did not choose."""
 
     ui_color = "#ede7f6"
+    ui_fgcolor = "#4a148c"
     step_type: ClassVar[str] = "router"
+    template_fields = ("conditions", "chosen")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"conditions": "json"}
     # Serialised as ``_can_skip_downstream``: the scheduler then honours the skips we record when a
     # skipped task is cleared (as for Airflow's own branch operators).
     inherits_from_skipmixin = True
+
+    def unrendered_fields(self) -> Mapping[str, Any]:
+        conditions = [{"expression": c.expression, "target": c.target} for c in self.step.conditions]
+        if self.step.default is not None:
+            conditions.append({"default": self.step.default})
+        return {"conditions": conditions, "chosen": None}
 
     def execute(self, context: Context) -> Any:
         run = StepRun(self, context)
@@ -83,7 +100,20 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
             )
         how = "the default" if decision.used_default else f"conditions[{decision.matched_index}]"
         self.log.info("Router %s chose %s (%s)", self.step.id, decision.target, how)
+        self.show_rendered(conditions=self._evaluated(decision), chosen=f"{decision.target} ({how})")
         return decision
+
+    def _evaluated(self, decision: RouteDecision) -> list[dict[str, Any]]:
+        """Each condition with the value it had; those after the match were not evaluated."""
+        shown: list[dict[str, Any]] = []
+        for index, condition in enumerate(self.step.conditions):
+            value = (
+                shown_value(decision.values[index][1]) if index < len(decision.values) else "not evaluated"
+            )
+            shown.append({"expression": condition.expression, "target": condition.target, "value": value})
+        if self.step.default is not None:
+            shown.append({"default": self.step.default})
+        return shown
 
     def children_not_chosen(self, target: str) -> list[str]:
         """The router's direct ``depends_on`` children other than ``target``, in upstream order."""

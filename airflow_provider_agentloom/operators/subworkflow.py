@@ -22,6 +22,7 @@ The parent's dependents depend on ``sub.__end__``; the parent reads ``sub``'s ou
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -49,15 +50,35 @@ if TYPE_CHECKING:
 __all__ = ["SubworkflowOperator", "SubworkflowStartOperator", "child_outcome", "step_result_of"]
 
 
-class SubworkflowStartOperator(AgentLoomStepOperator[SubworkflowStep]):
-    """Open a subworkflow: the budget check and the child's start state (see the module doc)."""
+class _SubworkflowTask(AgentLoomStepOperator[SubworkflowStep]):
+    """What both tasks of a subworkflow show: the label ``subworkflow: child.yaml`` and the colour."""
 
-    ui_color = "#ede7f6"
+    ui_color = "#e0f2f1"
+    ui_fgcolor = "#004d40"
     step_type: ClassVar[str] = "subworkflow"
+
+    def graph_label(self) -> str:
+        path = self.step.workflow_path
+        return f"subworkflow: {PurePath(path).name if path else 'inline'}"
+
+
+class SubworkflowStartOperator(_SubworkflowTask):
+    """Open a subworkflow: the budget check and the child's start state (see the module doc).
+
+    Rendered Templates show an isolated child's ``input``, templated against the parent's state.
+    """
+
+    template_fields = ("input",)
+    template_fields_renderers: ClassVar[dict[str, str]] = {"input": "json"}
+
+    def unrendered_fields(self) -> Mapping[str, Any]:
+        return {"input": self.step.input if self.step.isolated_state else None}
 
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
         child = self.run_context.child(self.step)
         base = child.child_base(state, self.warn_missing)
+        if self.step.isolated_state:
+            self.show_rendered(input={key: base.get(key) for key in self.step.input})
         mode = "isolated" if self.step.isolated_state else "a copy of the parent's state"
         self.log.info(
             "Subworkflow %s (%s) starts from %s: keys %s",
@@ -69,11 +90,8 @@ class SubworkflowStartOperator(AgentLoomStepOperator[SubworkflowStep]):
         return StepOutcome(output=None, extra={"child_workflow": child.workflow.name})
 
 
-class SubworkflowOperator(AgentLoomStepOperator[SubworkflowStep]):
+class SubworkflowOperator(_SubworkflowTask):
     """Close a subworkflow: its output, cost, tokens and status from the child's steps."""
-
-    ui_color = "#ede7f6"
-    step_type: ClassVar[str] = "subworkflow"
 
     def execute(self, context: Context) -> Any:
         from airflow_provider_agentloom.operators.masking import TaskSecrets

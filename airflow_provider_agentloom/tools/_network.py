@@ -213,3 +213,11 @@ def display_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def shown_url(url: str) -> str:
+    """:func:`display_url`, also for a URL it cannot read (then cut at ``?`` and after ``@``)."""
+    try:
+        return display_url(url)
+    except ValueError:
+        return url.split("?", 1)[0].rpartition("@")[2]

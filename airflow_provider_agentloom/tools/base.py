@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import json
+import reprlib
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Union, get_args, get_origin, overload
 
 import anyio.to_thread
@@ -13,6 +15,10 @@ import anyio.to_thread
 JSONSchema = dict[str, Any]
 
 _SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+_shown = reprlib.Repr()  # keyword arguments arrive only in Python 3.12
+_shown.maxstring = _shown.maxother = 60
+_shown.maxlist = _shown.maxdict = _shown.maxtuple = _shown.maxset = 4
 
 
 class BaseTool:
@@ -31,8 +37,41 @@ class BaseTool:
         """Run the tool with its arguments and return a JSON-serialisable value."""
         raise NotImplementedError
 
+    def describe_call(self, arguments: Mapping[str, Any]) -> str:
+        """What a call does, in one line of the task log: ``name(key='value', …)``, values shortened."""
+        shown = ", ".join(f"{key}={_shown.repr(value)}" for key, value in sorted(arguments.items()))
+        return f"{self.name}({shown})"
+
+    def describe_result(self, result: Any) -> str:
+        """What a call returned, in a few words of the task log (its size, never its content)."""
+        return describe_value(result)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def approx_size(size: int) -> str:
+    """``size`` bytes for a log line: ``512 B``, ``1.2 KB``, ``3.4 MB``."""
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def text_size(text: str) -> str:
+    """The UTF-8 size of ``text`` for a log line (see :func:`approx_size`)."""
+    return approx_size(len(text.encode("utf-8", errors="replace")))
+
+
+def describe_value(value: Any) -> str:
+    """A value's kind and size for a log line: ``1.2 KB text``, ``dict of 3 keys, 240 B``, ``True``."""
+    if isinstance(value, str):
+        return f"{text_size(value)} text"
+    if isinstance(value, Mapping | list | tuple):
+        kind = f"dict of {len(value)} keys" if isinstance(value, Mapping) else f"list of {len(value)} items"
+        return f"{kind}, {text_size(json.dumps(value, default=str))}"
+    return _shown.repr(value)
 
 
 class FunctionTool(BaseTool):

@@ -11,8 +11,9 @@ from typing import Any
 import anyio.to_thread
 
 from airflow_provider_agentloom.tools._kernel import KernelPlan, check_report, plan_for
+from airflow_provider_agentloom.tools._network import shown_url
 from airflow_provider_agentloom.tools._process import run_shell
-from airflow_provider_agentloom.tools.base import BaseTool, JSONSchema
+from airflow_provider_agentloom.tools.base import BaseTool, JSONSchema, approx_size, describe_value, text_size
 from airflow_provider_agentloom.tools.registry import ToolRegistry
 from airflow_provider_agentloom.tools.sandbox import StrPath, ToolSandbox
 
@@ -31,6 +32,8 @@ HTTP_METHODS = ("GET", "POST", "PUT", "DELETE")
 SANDBOX_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
 DEFAULT_TIMEOUT = 30.0
 _PATH_HELP = "The file; relative paths start from the run directory."
+_SHOWN_COMMAND = 300
+"""The longest command line a log line shows (Rendered Templates show it whole)."""
 
 
 def _arguments(tool: str, given: Mapping[str, Any], schema: JSONSchema) -> dict[str, Any]:
@@ -111,6 +114,15 @@ class HttpRequestTool(_BuiltinTool):
 
         return await send(method, url, target=target, timeout=seconds, **request)
 
+    def describe_call(self, arguments: Mapping[str, Any]) -> str:
+        method = str(arguments.get("method") or "GET").upper()
+        return f"{self.name}: {method} {shown_url(str(arguments.get('url')))}"
+
+    def describe_result(self, result: Any) -> str:
+        if not isinstance(result, Mapping) or "status_code" not in result:
+            return describe_value(result)
+        return f"{result['status_code']}, {text_size(str(result.get('body') or ''))}"
+
 
 def _headers(value: object) -> dict[str, str]:
     if value is None:
@@ -160,6 +172,22 @@ class ShellCommandTool(_BuiltinTool):
         stderr = result.stderr.decode("utf-8", errors="replace")
         return {"returncode": result.returncode, "stdout": stdout, "stderr": stderr}
 
+    def describe_call(self, arguments: Mapping[str, Any]) -> str:
+        command = " ".join(str(arguments.get("command", "")).split())
+        if len(command) > _SHOWN_COMMAND:
+            command = command[: _SHOWN_COMMAND - 1] + "…"
+        cwd = arguments.get("cwd", ".")
+        return f"{self.name}: {command}" + (f" (in {cwd})" if cwd not in (None, ".", "") else "")
+
+    def describe_result(self, result: Any) -> str:
+        if not isinstance(result, Mapping) or "returncode" not in result:
+            return describe_value(result)
+        stdout, stderr = str(result.get("stdout") or ""), str(result.get("stderr") or "")
+        if result["returncode"] == -1 and stderr == "Command timed out":
+            return f"timed out, {text_size(stdout)} stdout"
+        shown = f"returncode {result['returncode']}, {text_size(stdout)} stdout"
+        return shown + (f", {text_size(stderr)} stderr" if stderr else "")
+
 
 class FileReadTool(_BuiltinTool):
     """``file_read``: the whole of a text file; a binary or missing file fails."""
@@ -186,6 +214,12 @@ class FileReadTool(_BuiltinTool):
             path = self._path(path_text, writable=False)
             data = await anyio.to_thread.run_sync(path.read_bytes)
         return _decode_text(path, data, encoding)
+
+    def describe_call(self, arguments: Mapping[str, Any]) -> str:
+        return f"{self.name}: {arguments.get('path')}"
+
+    def describe_result(self, result: Any) -> str:
+        return f"{text_size(result)} read" if isinstance(result, str) else describe_value(result)
 
 
 def _decode_text(path: Path, data: bytes, encoding: str) -> str:
@@ -229,6 +263,14 @@ class FileWriteTool(_BuiltinTool):
         path = self._path(path_text, writable=True)
         await anyio.to_thread.run_sync(_write_bytes, path, data)
         return {"written": len(data), "path": str(path)}
+
+    def describe_call(self, arguments: Mapping[str, Any]) -> str:
+        return f"{self.name}: {arguments.get('path')}"
+
+    def describe_result(self, result: Any) -> str:
+        if not isinstance(result, Mapping) or "written" not in result:
+            return describe_value(result)
+        return f"wrote {approx_size(int(result['written']))} to {result.get('path')}"
 
 
 def _write_bytes(path: Path, data: bytes) -> None:

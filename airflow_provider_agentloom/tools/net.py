@@ -42,7 +42,13 @@ import httpcore
 import httpx
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
-from airflow_provider_agentloom.tools._network import HostError, NetworkTarget, display_url, normalize_host
+from airflow_provider_agentloom.tools._network import (
+    HostError,
+    NetworkTarget,
+    display_url,
+    normalize_host,
+    shown_url,
+)
 from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 from airflow_provider_agentloom.workflow.models import SandboxConfig, WebhookConfig
 from airflow_provider_agentloom.workflow.redaction import Mask, SecretMasker
@@ -559,13 +565,6 @@ class _Hider:
         return text
 
 
-def _shown_url(url: str) -> str:
-    try:
-        return display_url(url)
-    except ValueError:
-        return url.split("?", 1)[0].rpartition("@")[2]
-
-
 def _webhook_payload(body: Mapping[str, Any] | str) -> bytes:
     if isinstance(body, str):
         return body.encode("utf-8")
@@ -606,7 +605,7 @@ async def send_webhook_async(
     :param client_factory: builds the pinned client (tests route it).
     """
     hide = _Hider(config.headers, mask)
-    shown = hide(_shown_url(config.url))
+    shown = hide(shown_url(config.url))
     started = time.monotonic()
     headers = {"Content-Type": "application/json"}
     for name, value in config.headers.items():

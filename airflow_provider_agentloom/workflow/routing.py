@@ -17,7 +17,7 @@ from airflow_provider_agentloom.exceptions import ExpressionError, NoRouteError
 from airflow_provider_agentloom.workflow.expressions import CompiledExpression, compile_expression
 from airflow_provider_agentloom.workflow.models import RouterStep
 
-__all__ = ["NoRouteError", "RouteDecision", "choose_route", "describe_values"]
+__all__ = ["NoRouteError", "RouteDecision", "choose_route", "describe_values", "shown_value"]
 
 _shown_value = reprlib.Repr()  # keyword arguments arrive only in Python 3.12
 _shown_value.maxstring = _shown_value.maxother = 80
@@ -45,7 +45,12 @@ class RouteDecision:
 
 def describe_values(values: list[tuple[str, Any]]) -> str:
     """``"state.x == 1" -> False; "state.y" -> None``: the evaluated conditions, for messages and logs."""
-    return "; ".join(f"{_quoted(text)} -> {_shown_value.repr(value)}" for text, value in values)
+    return "; ".join(f"{_quoted(text)} -> {shown_value(value)}" for text, value in values)
+
+
+def shown_value(value: Any) -> str:
+    """A condition's value, shortened, for messages, logs and the UI."""
+    return _shown_value.repr(value)
 
 
 def _quoted(text: str) -> str:

@@ -564,6 +564,25 @@ def broker_reachable() -> bool:
     return tcp_reachable(parts.hostname or "127.0.0.1", parts.port or 6379)
 
 
+def require_stack(executor: str = EXECUTOR) -> None:
+    """Skip without PostgreSQL; fail, saying what is missing, without what ``executor`` needs."""
+    import importlib.util
+
+    if not tcp_reachable(PG_HOST, PG_PORT):
+        pytest.skip(f"PostgreSQL is not reachable on {PG_HOST}:{PG_PORT}")
+    missing = [m for m in ("psycopg2", "psutil") if importlib.util.find_spec(m) is None]
+    if executor == "CeleryExecutor":
+        if importlib.util.find_spec("airflow.providers.celery") is None:
+            missing.append("apache-airflow-providers-celery")
+        if not broker_reachable():
+            pytest.fail(
+                f"Redis is not reachable at {REDIS_URL} (set AGENTLOOM_E2E_REDIS_URL, "
+                "or AGENTLOOM_E2E_EXECUTOR=LocalExecutor to run without Celery)"
+            )
+    if missing:
+        pytest.fail(f"the e2e test needs {', '.join(missing)} installed in this environment")
+
+
 # --------------------------------------------------------------------------------------------------
 # Watchdog: a separate process that cleans up when pytest dies without running its finalizers
 # (SIGKILL, pytest-timeout's thread method, a CI time limit). Normally the fixture stops it.

@@ -31,12 +31,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from e2e_support import (
-    PG_HOST,
-    PG_PORT,
-    AirflowStack,
-    tcp_reachable,
-)
+from e2e_support import AirflowStack, require_stack
 
 pytestmark = [pytest.mark.integration]
 
@@ -100,11 +95,7 @@ SPEND_PATH = f"/agentloom/dags/{DAG_ID}/spend"
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
-    if not tcp_reachable(PG_HOST, PG_PORT):
-        pytest.skip(f"PostgreSQL is not reachable on {PG_HOST}:{PG_PORT}")
-    missing = [m for m in ("psycopg2", "psutil") if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.fail(f"the e2e test needs {', '.join(missing)} installed in this environment")
+    require_stack("LocalExecutor")
     airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-ui"), executor="LocalExecutor")
     airflow.prepare_dags()
     (airflow.dags_folder / "ui_tour.yaml").write_text(WORKFLOW, encoding="utf-8")
@@ -329,28 +320,25 @@ def test_browser_graph_labels(tour: Tour, stack: AirflowStack) -> None:
     graph = page.locator(".react-flow")
     expect(graph).to_be_visible()
     expect(graph.get_by_text("gather_notes")).to_be_visible()
-    tour.shoot("3-graph")
-    names = _task_operator_names(stack)
-    if names.get("gather_notes") != "tool: shell_command":
-        pytest.skip(
-            "graph labels are not built on this branch yet (issue 9 item 2: the operators' "
-            f"custom_operator_name); the API says {names}"
-        )
+    # The labels are the tasks' custom_operator_name, as the REST API says too.
+    assert _task_operator_names(stack) == {
+        "gather_notes": "tool: shell_command",
+        "summarize": "llm_call: gpt-4o-mini",
+    }
     expect(graph.get_by_text("tool: shell_command")).to_be_visible()
     expect(graph.get_by_text("llm_call: gpt-4o-mini")).to_be_visible()
+    tour.shoot("3-graph")
+    page.keyboard.press("g")  # back to the grid, which the UI remembers for the next pages
+    expect(graph).to_be_hidden()
 
 
 def test_browser_rendered_templates(tour: Tour, stack: AirflowStack) -> None:
     from playwright.sync_api import expect
 
     ti = stack.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{RUN_ID}/taskInstances/gather_notes")
-    rendered = ti.get("rendered_fields") or {}
-    if "tool_args" not in rendered:
-        pytest.skip(
-            "Rendered Templates are not built on this branch yet (issue 9 item 3: the operators' "
-            f"template_fields); the API says {rendered}"
-        )
-    assert "echo notes about the quarterly report" in json.dumps(rendered)
+    rendered = ti["rendered_fields"]
+    assert rendered["tool_name"] == "shell_command"
+    assert rendered["tool_args"] == {"command": "echo notes about the quarterly report"}
     page = tour.page
     tour.goto(f"/dags/{DAG_ID}/runs/{quote(RUN_ID)}/tasks/gather_notes/rendered_templates")
     expect(page.get_by_text("tool_args", exact=False).first).to_be_visible()

@@ -11,7 +11,6 @@ reachable (``AGENTLOOM_E2E_PG_HOST``/``_PORT``, default 127.0.0.1:5432); set
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -21,18 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import (
-    BROKEN_DAG_ID,
-    BROKEN_YAML_NAME,
-    EXECUTOR,
-    PG_HOST,
-    PG_PORT,
-    REDIS_URL,
-    AirflowStack,
-    broker_reachable,
-    tcp_reachable,
-    wait_for,
-)
+from e2e_support import BROKEN_DAG_ID, BROKEN_YAML_NAME, AirflowStack, require_stack, wait_for
 
 _LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
@@ -116,20 +104,7 @@ def model_server() -> Iterator[LoopbackServer]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, model_server: LoopbackServer) -> Iterator[AirflowStack]:
-    if not tcp_reachable(PG_HOST, PG_PORT):
-        pytest.skip(f"PostgreSQL is not reachable on {PG_HOST}:{PG_PORT}")
-    missing = [m for m in ("psycopg2", "psutil") if importlib.util.find_spec(m) is None]
-    if EXECUTOR == "CeleryExecutor":
-        if importlib.util.find_spec("airflow.providers.celery") is None:
-            missing.append("apache-airflow-providers-celery")
-        if not broker_reachable():
-            pytest.fail(
-                f"Redis is not reachable at {REDIS_URL} (set AGENTLOOM_E2E_REDIS_URL, "
-                "or AGENTLOOM_E2E_EXECUTOR=LocalExecutor to run without Celery)"
-            )
-    if missing:
-        pytest.fail(f"the e2e test needs {', '.join(missing)} installed in this environment")
-
+    require_stack()
     airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e"))
     airflow.prepare_dags()
     (airflow.dags_folder / "e2e_agent.yaml").write_text(AGENT_YAML, encoding="utf-8")
@@ -275,7 +250,9 @@ def test_agent_step_reaches_its_model_through_an_airflow_connection(
         # The key is in no XCom and no task log of the run.
         logs = sorted((stack.home / "logs").glob(f"dag_id={AGENT_DAG}/**/*.log"))
         texts = {str(path): path.read_text(encoding="utf-8", errors="replace") for path in logs}
-        assert any("Tool call file_write(content, path) -> ok" in text for text in texts.values()), texts
+        assert any(
+            "Tool call file_write: notes/answer.txt -> wrote 2 B to " in text for text in texts.values()
+        ), texts
         for task_id in ("answer", "show"):
             for key in ("return_value", "agentloom"):
                 value = json.dumps(stack.xcom(AGENT_DAG, "e2e_agent_1", task_id, key=key))
