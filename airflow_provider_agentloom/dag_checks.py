@@ -1,23 +1,34 @@
-"""Check a workflow against Airflow's own rules for a DAG: its id, task ids, tags and schedule.
+"""Check a workflow against Airflow's own rules for a DAG: its id, task ids, tags, schedule, assets, params.
 
 Airflow refuses these deep inside ``DAG()`` or the DagBag, as a traceback that names neither the
 workflow file nor its line (a bad schedule even drops its DAG with an import error on the loader
 file). Here each gets the file, the line and the key. The rules are Airflow's own wherever it
-exposes them (its key validator, ``TAG_MAX_LEN``, the timetable's ``validate()``, croniter), so a
-workflow is refused exactly when Airflow would refuse its DAG.
+exposes them (its key validator, ``TAG_MAX_LEN``, the timetable's ``validate()``, croniter, the
+``Asset`` URI rules, ``Param``'s JSON-Schema check), so a workflow is refused exactly when Airflow
+would refuse its DAG. ``config.airflow`` keys that name state keys or step ids are checked here too.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+import warnings
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError
 from airflow_provider_agentloom.operators.context import safe_id
-from airflow_provider_agentloom.workflow.models import Workflow
-from airflow_provider_agentloom.workflow.source import issue_in
+from airflow_provider_agentloom.workflow.models import (
+    AssetAllOf,
+    AssetAnyOf,
+    ParamSpec,
+    ScheduleInterval,
+    SubworkflowStep,
+    Workflow,
+)
+from airflow_provider_agentloom.workflow.source import Loc, issue_in
 
 _FALLBACK_TAG_MAX_LEN = 100
 _FALLBACK_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
@@ -29,6 +40,7 @@ def check_workflow(workflow: Workflow, dag_id: str) -> dict[str, str]:
     """Refuse what Airflow would refuse before the DAG is built; return the task id of each step."""
     task_ids, issues = _task_ids(workflow)
     issues = _dag_id_issues(workflow, dag_id) + issues + _tag_issues(workflow) + _continuous_issues(workflow)
+    issues += _interval_issues(workflow) + _asset_issues(workflow)
     if issues:
         raise WorkflowValidationError(issues)
     return task_ids
@@ -167,16 +179,227 @@ def check_schedule(dag: Any, workflow: Workflow) -> None:
         raise WorkflowValidationError([_schedule_issue(workflow, schedule, exc)]) from None
 
 
-def _schedule_issue(workflow: Workflow, schedule: str, exc: Exception) -> ValidationIssue:
+def _schedule_issue(workflow: Workflow, schedule: Any, exc: Exception) -> ValidationIssue:
     presets = _presets()
     if type(exc).__name__ == "CroniterBadDateError":
         message = f"the schedule {schedule!r} never fires: no date matches it"
     else:
         message = f"{schedule!r} is not a schedule Airflow accepts: {exc}"
     message += (
-        f" (expected a cron expression such as '0 6 * * 1-5', one of {', '.join(presets)}, or no "
-        "schedule for manual runs)"
+        f" (expected a cron expression such as '0 6 * * 1-5', one of {', '.join(presets)}, a timedelta "
+        "such as {minutes: 30}, asset URIs, or no schedule for manual runs)"
     )
-    close = difflib.get_close_matches(schedule, presets, n=1, cutoff=0.6) if schedule.startswith("@") else []
-    issue = issue_in(workflow, ("config", "airflow", "schedule"), message)
-    return ValidationIssue(issue.file, issue.line, issue.key_path, issue.message, close[0] if close else None)
+    text = schedule if isinstance(schedule, str) else ""
+    close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6) if text.startswith("@") else []
+    return _issue(workflow, ("config", "airflow", "schedule"), message, close[0] if close else None)
+
+
+def _issue(workflow: Workflow, loc: Loc, message: str, suggestion: str | None = None) -> ValidationIssue:
+    issue = issue_in(workflow, loc, message)
+    return ValidationIssue(issue.file, issue.line, issue.key_path, issue.message, suggestion)
+
+
+def _closest(name: str, choices: list[str]) -> str | None:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+# -- data-aware scheduling ----------------------------------------------------------------------
+
+
+def _interval_issues(workflow: Workflow) -> list[ValidationIssue]:
+    schedule = workflow.config.airflow.schedule
+    if not isinstance(schedule, ScheduleInterval) or schedule.total_seconds() > 0:
+        return []
+    return [
+        issue_in(
+            workflow,
+            ("config", "airflow", "schedule"),
+            "a timedelta schedule must be longer than zero (Airflow refuses an interval that is not "
+            "positive): give one of weeks, days, hours, minutes, seconds a value above 0, such as "
+            "{minutes: 30}",
+        )
+    ]
+
+
+def asset_uri_problem(uri: str) -> str | None:
+    """Why Airflow's ``Asset`` refuses ``uri`` (its own rules and its providers' URI checks), or None."""
+    from airflow.sdk import Asset
+
+    try:
+        if urlsplit(uri).password:
+            return (
+                "an asset URI must not carry a password (Airflow would drop it with a warning, and asset "
+                "URIs show in the UI): keep credentials in a connection"
+            )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            Asset(name=uri, uri=uri)
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
+def _asset_issues(workflow: Workflow) -> list[ValidationIssue]:
+    """Bad asset URIs (schedule, outlets, step_outlets), step_outlets naming no step (in every scope),
+    and a schedule on an asset the workflow updates itself (each run would start the next, forever)."""
+    issues = []
+    scheduled = list(_schedule_uris(workflow.config.airflow.schedule, ("config", "airflow", "schedule")))
+    updated: set[str] = set()
+    for owner, prefix, scope in _scopes(workflow, ()):
+        airflow = scope.config.airflow
+        base: Loc = (*prefix, "config", "airflow")
+        outlets = [((*base, "outlets", pos), uri) for pos, uri in enumerate(airflow.outlets)]
+        step_ids = [step.id for step in scope.steps]
+        for step_id, step_uris in airflow.step_outlets.items():
+            if step_id not in step_ids:
+                message = f"no step has the id {step_id!r} (its steps: {', '.join(step_ids)})"
+                loc: Loc = (*base, "step_outlets", step_id)
+                issues.append(_issue(owner, loc, message, _closest(step_id, step_ids)))
+            outlets += [((*base, "step_outlets", step_id, pos), uri) for pos, uri in enumerate(step_uris)]
+        for loc, uri in (scheduled if scope is workflow else []) + outlets:
+            problem = asset_uri_problem(uri)
+            if problem is not None:
+                issues.append(issue_in(owner, loc, f"{uri!r} is not an asset URI Airflow accepts: {problem}"))
+        updated.update(_asset_key(uri) for _, uri in outlets)
+    issues += [
+        issue_in(
+            workflow,
+            loc,
+            f"the workflow is scheduled on {uri!r}, which its own steps update (outlets or step_outlets): "
+            "each run would start the next one, forever; schedule it on another asset",
+        )
+        for loc, uri in scheduled
+        if _asset_key(uri) in updated
+    ]
+    return issues
+
+
+def _asset_key(uri: str) -> str:
+    """The URI Airflow stores for ``uri`` (normalized), or ``uri`` itself when Airflow refuses it."""
+    from airflow.sdk import Asset
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return str(Asset(name=uri, uri=uri).uri)
+    except (ValueError, TypeError):
+        return uri
+
+
+def _schedule_uris(term: Any, loc: Loc) -> Iterator[tuple[Loc, str]]:
+    if isinstance(term, str) and loc[-1] != "schedule":
+        yield loc, term
+    elif isinstance(term, list):
+        for pos, item in enumerate(term):
+            yield from _schedule_uris(item, (*loc, pos))
+    elif isinstance(term, AssetAllOf):
+        yield from _schedule_uris(term.all, (*loc, "all"))
+    elif isinstance(term, AssetAnyOf):
+        yield from _schedule_uris(term.any, (*loc, "any"))
+
+
+def _scopes(
+    workflow: Workflow, prefix: Loc, owner: Workflow | None = None
+) -> Iterator[tuple[Workflow, Loc, Workflow]]:
+    """``(owner, prefix, scope)`` for the workflow and each subworkflow child, recursively.
+
+    ``owner`` is the workflow whose file holds ``scope`` (a child file's own, an inline child's parent's),
+    and ``prefix`` the key path of ``scope`` inside that file.
+    """
+    owner = owner or workflow
+    yield owner, prefix, workflow
+    for index, step in enumerate(workflow.steps):
+        if not isinstance(step, SubworkflowStep) or step._child is None:
+            continue
+        if step.workflow_inline is not None:
+            yield from _scopes(step.child, (*prefix, "steps", index, "workflow_inline"), owner)
+        else:
+            yield from _scopes(step.child, (), step.child)
+
+
+# -- the trigger form ---------------------------------------------------------------------------
+
+
+def check_params(workflow: Workflow, params: dict[str, Any]) -> None:
+    """Refuse ``config.airflow.params`` fields Airflow would refuse or ignore, before ``DAG()`` is built.
+
+    :param params: the DAG's params (``dag_factory.state_params``), one ``Param`` per state key.
+    """
+    issues: list[ValidationIssue] = []
+    keys = list(workflow.state)
+    for key, spec in workflow.config.airflow.params.items():
+        loc: Loc = ("config", "airflow", "params", key)
+        if key not in params:
+            known = f"state keys: {', '.join(keys)}" if keys else "this workflow has no state: keys"
+            message = (
+                f"{key!r} is not a top-level state key (the trigger form has a field per state key; {known})"
+            )
+            issues.append(_issue(workflow, loc, message, _closest(key, keys)))
+            continue
+        issues += _spec_issues(workflow, key, spec, params[key], loc)
+    if issues:
+        raise WorkflowValidationError(issues)
+
+
+def _spec_issues(
+    workflow: Workflow, key: str, spec: ParamSpec, param: Any, loc: Loc
+) -> list[ValidationIssue]:
+    types = param.schema.get("type") or []
+    kind = next((t for t in types if t != "null"), None)
+    fit = {
+        "format": kind == "string",
+        "min_length": kind == "string",
+        "max_length": kind == "string",
+        "pattern": kind == "string",
+        "minimum": kind in ("number", "integer"),
+        "maximum": kind in ("number", "integer"),
+    }
+    issues = [
+        issue_in(
+            workflow,
+            (*loc, name),
+            f"{name} applies to {'strings' if name not in ('minimum', 'maximum') else 'numbers'}, and "
+            f"state.{key} holds {'null' if kind is None else f'a value of JSON type {kind}'}",
+        )
+        for name, fits in fit.items()
+        if getattr(spec, name) is not None and not fits
+    ]
+    if spec.pattern is not None:
+        try:
+            re.compile(spec.pattern)
+        except re.error as exc:
+            issues.append(issue_in(workflow, (*loc, "pattern"), f"not a regular expression: {exc}"))
+    if spec.values_display is not None and spec.enum is None:
+        issues.append(
+            issue_in(workflow, (*loc, "values_display"), "values_display labels enum values: add an enum")
+        )
+    if issues:
+        return issues
+    from airflow.sdk import Param
+
+    plain = {name: value for name, value in param.schema.items() if name not in ("enum", "examples")}
+    for name in ("enum", "examples"):
+        for pos, value in enumerate(getattr(spec, name) or []):
+            problem = _param_problem(Param(value, **plain))
+            if problem is not None:
+                issues.append(
+                    issue_in(workflow, (*loc, name, pos), f"{value!r} does not fit state.{key}: {problem}")
+                )
+    problem = None if issues else _param_problem(param)
+    if problem is not None:
+        issues.append(
+            issue_in(
+                workflow, loc, f"the workflow's value of state.{key} does not pass its own field: {problem}"
+            )
+        )
+    return issues
+
+
+def _param_problem(param: Any) -> str | None:
+    """Airflow's verdict on a param's value (its JSON-Schema check), first line only; None when it passes."""
+    try:
+        param.resolve()
+    except Exception as exc:  # ParamValidationError, or re.error from a pattern
+        return str(exc).strip().splitlines()[0]
+    return None

@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Param, TaskGroup, TriggerRule
+from airflow.sdk import DAG, Asset, AssetAll, AssetAny, Param, TaskGroup, TriggerRule
+from airflow.sdk.definitions.asset import BaseAsset
 
-from airflow_provider_agentloom.dag_checks import check_schedule, check_workflow
+from airflow_provider_agentloom.dag_checks import check_params, check_schedule, check_workflow
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.context import (
     ENTER_TASK,
@@ -25,8 +26,22 @@ from airflow_provider_agentloom.operators.context import (
     safe_id,
 )
 from airflow_provider_agentloom.tools.base import BaseTool
-from airflow_provider_agentloom.workflow.models import StepModel, SubworkflowStep, Workflow
+from airflow_provider_agentloom.workflow.graph import StepGraph
+from airflow_provider_agentloom.workflow.models import (
+    AssetAllOf,
+    AssetAnyOf,
+    ParamSpec,
+    ScheduleInterval,
+    StepModel,
+    SubworkflowStep,
+    Workflow,
+)
 from airflow_provider_agentloom.workflow.parser import graph_of
+from airflow_provider_agentloom.workflow.redaction import (
+    redacted_key_patterns,
+    secret_state_keys,
+    written_secrets,
+)
 
 TAG = "agentloom"
 _DEFAULT_START = datetime(2024, 1, 1, tzinfo=UTC)
@@ -39,6 +54,10 @@ _JSON_TYPES: dict[type, str] = {
     dict: "object",
     list: "array",
 }
+_ANY_JSON = ["object", "array", "string", "number", "boolean", "null"]
+"""An array's ``items`` type that lets any element in and makes the trigger form show a JSON editor."""
+_SPEC_KEYWORDS = {"min_length": "minLength", "max_length": "maxLength"}
+"""``config.airflow.params`` keys spelled otherwise in JSON Schema; the rest are the same."""
 
 
 def operator_class(step: StepModel) -> type[AgentLoomStepOperator[Any]]:
@@ -87,7 +106,9 @@ def build_dag(
         task_ids=task_ids,
         **(run_context_options or {}),
     )
-    dag = DAG(dag_id=dag_id, **_dag_kwargs(workflow))
+    kwargs = _dag_kwargs(workflow)
+    check_params(workflow, kwargs["params"])
+    dag = DAG(dag_id=dag_id, **kwargs)
     check_schedule(dag, workflow)
     if fileloc is not None:
         dag.fileloc = fileloc
@@ -110,11 +131,14 @@ def _add_scope(
     :param start: a subworkflow's ``__start__`` task, upstream of the scope's root steps.
     """
     graph, workflow = scope.graph, scope.workflow
+    outlets = _outlets(workflow, graph)
     ends: dict[str, Ends] = {}
     for step_id in graph.order:
         step = graph.steps[step_id]
         local_id = _local(scope.task_ids[step_id], group)
         kwargs = _task_kwargs(step, workflow)
+        if outlets.get(step_id):
+            kwargs["outlets"] = outlets[step_id]
         root_airflow = scope.root.workflow.config.airflow
         for key in ("pool", "queue"):  # a child's own pool or queue, else the DAG's
             if key not in kwargs and getattr(root_airflow, key):
@@ -162,6 +186,7 @@ def _add_subworkflow(
         **nesting,
     )
     own = {key: kwargs[key] for key in ("pool", "queue") if key in kwargs}
+    outlets = {"outlets": kwargs["outlets"]} if "outlets" in kwargs else {}
     start = SubworkflowStartOperator(
         task_id=ENTER_TASK,
         step=step,
@@ -184,11 +209,48 @@ def _add_subworkflow(
         retries=0,
         doc_md=f"AgentLoom `subworkflow` step `{step.id}`: the child's final state, totals and status",
         **own,
+        **outlets,
     )
     # A teardown of ``__start__`` (Airflow's own rule), whose failure fails the run.
     end.as_teardown(setups=start, on_failure_fail_dagrun=True)
     end.set_upstream(results)
     return start, end
+
+
+def _outlets(workflow: Workflow, graph: StepGraph) -> dict[str, list[Asset]]:
+    """The assets each step updates: ``step_outlets``, and ``outlets`` on the scope's final steps.
+
+    A final step is a sink of the step graph (no step depends on it); a subworkflow's is its result task.
+    """
+    airflow = workflow.config.airflow
+    found: dict[str, list[str]] = {step_id: list(uris) for step_id, uris in airflow.step_outlets.items()}
+    for step_id in graph.final_steps() if airflow.outlets else []:
+        found.setdefault(step_id, []).extend(airflow.outlets)
+    return {step_id: [asset(uri) for uri in dict.fromkeys(uris)] for step_id, uris in found.items()}
+
+
+def asset(uri: str) -> Asset:
+    """The Airflow asset of a URI from a workflow file (named by its URI)."""
+    return Asset(name=uri, uri=uri)
+
+
+def schedule_of(schedule: Any) -> Any:
+    """``config.airflow.schedule`` as ``DAG(schedule=...)`` takes it: a string, a timedelta or assets."""
+    if isinstance(schedule, ScheduleInterval):
+        return timedelta(seconds=schedule.total_seconds())
+    if isinstance(schedule, list):
+        return [_asset_condition(term) for term in schedule]
+    if isinstance(schedule, AssetAllOf | AssetAnyOf):
+        return _asset_condition(schedule)
+    return schedule
+
+
+def _asset_condition(term: str | AssetAllOf | AssetAnyOf) -> BaseAsset:
+    if isinstance(term, AssetAllOf):
+        return AssetAll(*(_asset_condition(item) for item in term.all))
+    if isinstance(term, AssetAnyOf):
+        return AssetAny(*(_asset_condition(item) for item in term.any))
+    return asset(term)
 
 
 def _local(task_id: str, group: TaskGroup | None) -> str:
@@ -206,7 +268,7 @@ def _dag_kwargs(workflow: Workflow) -> dict[str, Any]:
     dagrun_timeout = airflow.dagrun_timeout or config.timeout
     kwargs: dict[str, Any] = {
         "description": _first_line(workflow.description) or None,
-        "schedule": airflow.schedule,
+        "schedule": schedule_of(airflow.schedule),
         "start_date": start,
         "end_date": _as_datetime(airflow.end_date),
         "catchup": airflow.catchup,
@@ -249,20 +311,50 @@ def _task_kwargs(step: StepModel, workflow: Workflow) -> dict[str, Any]:
 def state_params(workflow: Workflow) -> dict[str, Param]:
     """Turn the top-level ``state`` keys into typed DAG params, so a manual trigger shows a form.
 
-    A key written as a YAML date or datetime is an ISO string param with ``format: date`` or
-    ``date-time``: the form shows a date picker.
+    Each field takes its title, description, enum, format... from ``config.airflow.params``. A key
+    written as a YAML date or datetime is an ISO string param with ``format: date`` or ``date-time``
+    (a date picker); lists and mappings get a JSON editor. A redacted key (``state_schema``
+    ``redact: true``) is a masked field whose default is left out, so the serialized DAG never
+    holds the secret: left empty, the run uses the workflow's value.
     """
+    specs = workflow.config.airflow.params
+    secrets = set(secret_state_keys(workflow.state, redacted_key_patterns(workflow.state_schema)))
     params: dict[str, Param] = {}
-    formats = workflow.state_formats
     for key, value in workflow.state.items():
-        kind = _JSON_TYPES.get(type(value))
-        schema: dict[str, Any] = {"type": [kind, "null"]} if kind else {}
-        if kind == "number":
-            schema["type"] = ["number", "integer", "null"]
-        if key in formats:
-            schema["format"] = formats[key]
-        params[key] = Param(value, title=key, description=f"Initial value of state.{key}", **schema)
+        secret = key in secrets
+        schema = param_schema(workflow, key, specs.get(key), secret=secret)
+        description = schema.pop("description", None) or _default_description(key, secret)
+        params[key] = Param(None if secret else value, description=description, **schema)
     return params
+
+
+def param_schema(
+    workflow: Workflow, key: str, spec: ParamSpec | None, *, secret: bool = False
+) -> dict[str, Any]:
+    """The JSON Schema of state key ``key``'s param: its type from the value, then ``spec``'s keywords."""
+    value = workflow.state.get(key)
+    kind = _JSON_TYPES.get(type(value))
+    if kind is None and (secret or (spec is not None and spec.format)):
+        kind = "string"  # a null value the form asks for as text (a secret given at trigger time)
+    schema: dict[str, Any] = {"title": key}
+    if kind is not None:
+        schema["type"] = [kind, "null"]
+    if kind == "array":
+        schema["items"] = {"type": _ANY_JSON}
+    if key in workflow.state_formats:
+        schema["format"] = workflow.state_formats[key]
+    if secret and kind == "string":
+        schema["format"] = "password"
+    if spec is not None:
+        for name, given in spec.model_dump(exclude_none=True).items():
+            schema[_SPEC_KEYWORDS.get(name, name)] = given
+    return schema
+
+
+def _default_description(key: str, secret: bool) -> str:
+    if secret:
+        return f"Secret state.{key} (redacted): leave empty to use the workflow's value"
+    return f"Sets state.{key} for this run (default: the workflow's value)"
 
 
 def dag_doc(workflow: Workflow) -> str:
@@ -270,7 +362,9 @@ def dag_doc(workflow: Workflow) -> str:
     parts = [f"# {workflow.name}", workflow.description.strip()]
     if workflow.source_text:
         source = workflow.source_path or "workflow"
-        parts.append(f"Source: `{source}`\n\n```yaml\n{workflow.source_text.rstrip()}\n```")
+        # A redacted state value written in the file stays out of the DAG's docs (and so the UI).
+        text = written_secrets(workflow.state, workflow.state_schema).mask_text(workflow.source_text.rstrip())
+        parts.append(f"Source: `{source}`\n\n```yaml\n{text}\n```")
     return "\n\n".join(part for part in parts if part)
 
 

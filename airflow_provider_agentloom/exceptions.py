@@ -135,7 +135,11 @@ class LLMError(AgentLoomError):
 
 
 class LLMHTTPError(LLMError):
-    """Raised when an LLM vendor answers with an HTTP error status."""
+    """Raised when an LLM vendor answers with an HTTP error status (``status_code`` 0: no answer).
+
+    ``request_sent`` is False only when the connection failed before any byte of the request left
+    (refused, DNS, connect timeout): repeating such a call cannot make the vendor do the work twice.
+    """
 
     def __init__(
         self,
@@ -145,25 +149,37 @@ class LLMHTTPError(LLMError):
         status_code: int,
         retry_after: float | None = None,
         retryable: bool = True,
+        request_sent: bool = True,
     ) -> None:
         super().__init__(message)
         self.vendor = vendor
         self.status_code = status_code
         self.retry_after = retry_after
         self.retryable = retryable
+        self.request_sent = request_sent
 
     def __reduce__(self) -> tuple[object, ...]:
         return (
             _rebuild_llm_http_error,
-            (str(self), self.vendor, self.status_code, self.retry_after, self.retryable),
+            (str(self), self.vendor, self.status_code, self.retry_after, self.retryable, self.request_sent),
         )
 
 
 def _rebuild_llm_http_error(
-    message: str, vendor: str, status_code: int, retry_after: float | None, retryable: bool
+    message: str,
+    vendor: str,
+    status_code: int,
+    retry_after: float | None,
+    retryable: bool,
+    request_sent: bool = True,
 ) -> LLMHTTPError:
     return LLMHTTPError(
-        message, vendor=vendor, status_code=status_code, retry_after=retry_after, retryable=retryable
+        message,
+        vendor=vendor,
+        status_code=status_code,
+        retry_after=retry_after,
+        retryable=retryable,
+        request_sent=request_sent,
     )
 
 

@@ -34,6 +34,10 @@ steps:
 """
 
 
+# What a run prints last, on stdout: each step's output on one line.
+OUTPUT_LINES = 'greet: {greeting}\nshout: {{"returncode": 0, "stdout": "done\\n", "stderr": ""}}\n'
+
+
 def _model(request: SeenRequest) -> Reply:
     kit = OpenAIKit()
     if request.body.get("stream"):
@@ -59,7 +63,8 @@ def test_stream_prints_the_chunks_on_stdout_and_progress_on_stderr(
 ) -> None:
     proc = _run(tmp_path, server, "--stream")
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout == "".join(PIECES) + "\n"  # the only thing on stdout: the streamed reply
+    # On stdout: the streamed reply as it came, then (after the run) each step's output line.
+    assert proc.stdout == "".join(PIECES) + "\n" + OUTPUT_LINES.format(greeting="".join(PIECES))
     assert "greet" in proc.stderr
     assert "stream-demo: success" in proc.stderr
     (request,) = server.requests
@@ -76,9 +81,9 @@ def test_stream_with_json_keeps_stdout_one_document(tmp_path: Path, server: Loop
     assert request.body["stream"] is True
 
 
-def test_without_stream_nothing_is_printed(tmp_path: Path, server: LoopbackServer) -> None:
+def test_without_stream_only_the_outputs_are_printed(tmp_path: Path, server: LoopbackServer) -> None:
     proc = _run(tmp_path, server)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout == ""
+    assert proc.stdout == OUTPUT_LINES.format(greeting="not streamed")
     (request,) = server.requests
     assert not request.body.get("stream")

@@ -44,6 +44,7 @@ from typing import Any
 import pytest
 import yaml
 from cli_support import cli_env, run_cli
+from compatibility_report import Outcome, check, render
 from tls_support import write_tls_files
 
 from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
@@ -336,6 +337,9 @@ CASES: dict[str, Expect] = {
     "35": Expect("success", "llm_call with a model tool call, on its committed fixture"),
 }
 
+# What each row's run did, for docs/compatibility.md (the last test renders it).
+OUTCOMES: dict[str, Outcome] = {}
+
 # Examples left out of the table above, with the reason.
 EXCLUDED = {
     "18": "tool steps only, refused by the sandbox by design; each refusal's reason is checked by "
@@ -482,6 +486,7 @@ def test_example_runs_on_the_mock_provider(
     run = table_runs.get(examples_dir, example_id)
     print(f"example {example_id}: exit {run.proc.returncode} in {run.seconds:.1f} s")
     document = run.document
+    OUTCOMES[example_id] = Outcome.of(example_file(examples_dir, example_id).name, document, run.work)
     steps = document["step_results"]
     assert document["status"] == expect.status, (expect.why, document["error"], run.proc.stderr[-3000:])
     assert set(steps) == set(reported_steps(run)), expect.why
@@ -675,3 +680,20 @@ def test_example_35_replays_its_fixture_and_its_tool_error_goes_back_to_the_mode
         f"Model gpt-4o-mini via openai: {usage['prompt_tokens']} prompt + {usage['completion_tokens']}"
     )
     assert any(event.startswith(model_line) for event in events)
+
+
+def test_the_compatibility_report_matches_this_run(examples_dir: Path) -> None:
+    """``docs/compatibility.md`` is this session's table runs rendered with the table's reasons.
+
+    The file's last test, so every row has run before it (it skips when some did not run, as with -k).
+    """
+    missing = sorted(set(CASES) - set(OUTCOMES))
+    if missing:
+        pytest.skip(f"needs every row of the table run in this session (not run: {', '.join(missing)})")
+    text = render(
+        {key: OUTCOMES[key] for key in sorted(OUTCOMES)},
+        {key: expect.why for key, expect in CASES.items()},
+        {key: (example_file(examples_dir, key).name, why) for key, why in EXCLUDED.items()},
+    )
+    problem = check(text)
+    assert problem is None, problem

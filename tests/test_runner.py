@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -35,14 +36,20 @@ def test_cli_run_prints_progress_and_one_json_document(workdir: Path) -> None:
     assert document["status"] == "success"
     save = document["step_results"]["save_order"]
     assert set(save) >= {"status", "output", "error", "attempts", "duration_ms", "token_usage", "cost_usd"}
-    assert save["output"] == {"written": 43, "path": str(workdir / "orders" / "A-1001.json")}
+    # The example's config.airflow.working_dir: a folder of its own per run, not the current directory.
+    run_folder = Path("/tmp/agentloom/order-pipeline").resolve() / document["run_id"]
+    assert save["output"] == {"written": 43, "path": str(run_folder / "orders" / "A-1001.json")}
     assert document["final_state"]["description"]["stdout"].startswith("order A-1001 saved as ")
     lines = proc.stderr.splitlines()
     assert any(
         line.strip().startswith("ok") and "save_order" in line and "1 attempt" in line for line in lines
     )
     assert any("describe" in line and " ms" in line for line in lines)
-    assert (workdir / "orders" / "A-1001.json").read_text() == '{"order": "A-1001", "first_item": "widget"}'
+    assert (
+        run_folder / "orders" / "A-1001.json"
+    ).read_text() == '{"order": "A-1001", "first_item": "widget"}'
+    assert not list(workdir.iterdir())
+    shutil.rmtree(run_folder)
 
 
 def test_cli_run_exit_codes(workdir: Path, tmp_path: Path) -> None:
@@ -130,10 +137,13 @@ def test_engine_without_registry_fails_tool_steps(workdir: Path) -> None:
 def test_state_overrides_are_typed(workdir: Path, value: str) -> None:
     from airflow_provider_agentloom.cli import UsageError, parse_state_overrides
 
-    assert parse_state_overrides([f"n={value}", "s=text", "new=1"], {"n": 1, "s": "a"}) == {
+    pairs = [f"n={value}", "s=text", "new=1"]
+    assert parse_state_overrides(pairs, {"n": 1, "s": "a"}, allow_extra=True) == {
         "n": 7,
         "s": "text",
         "new": "1",
     }
+    with pytest.raises(UsageError, match=r"Unknown --state key 'new': the workflow's state has no such key"):
+        parse_state_overrides(pairs, {"n": 1, "s": "a"})  # as a run conf key in Airflow
     with pytest.raises(UsageError, match="expected a JSON int"):
         parse_state_overrides(["n=seven"], {"n": 1})

@@ -1,4 +1,5 @@
-"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``visualize``.
+"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``visualize``,
+``serve``, ``schema``.
 
 Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error; a run
 stopped by a signal exits 128 + its number (130 for Ctrl-C, 143 for SIGTERM).
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom import __version__
+from airflow_provider_agentloom.cli import schema as schema_command
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 
 if TYPE_CHECKING:
@@ -165,6 +167,11 @@ def _parser() -> argparse.ArgumentParser:
     visualize.add_argument("file", metavar="FILE")
     visualize.add_argument("--format", "-f", choices=["ascii", "mermaid", "dot"], default="ascii")
     visualize.set_defaults(handler=_visualize)
+
+    from airflow_provider_agentloom.serve.cli import add_serve_command
+
+    add_serve_command(commands)
+    schema_command.add_command(commands)
     return parser
 
 
@@ -280,7 +287,9 @@ def _run(args: argparse.Namespace) -> int:
     options = RunOptions(
         file=str(Path(args.file).resolve()),
         cwd=os.getcwd(),
-        state=parse_state_overrides(args.state, workflow.state),
+        state=parse_state_overrides(
+            args.state, workflow.state, allow_extra=workflow.config.airflow.allow_extra_conf
+        ),
         provider=args.provider,
         model=args.model,
         budget=args.budget,
@@ -344,7 +353,7 @@ def _execute(
                 tools=tools,
                 state=options.state,
                 home=args.home,
-                working_dir=options.cwd,
+                working_dir=workflow.config.airflow.working_dir or options.cwd,
                 on_progress=on_progress,
                 run_context_options={"llm": llm},
                 answers=answers,
@@ -360,7 +369,21 @@ def _execute(
         _print_resume_hint(args, result)
     if args.json:
         print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
+    else:
+        _print_outputs(result, workflow)
     return code
+
+
+def _print_outputs(result: Any, workflow: Workflow) -> None:
+    """The run's last lines, on stdout: each step's output, one line each, as wide as the terminal."""
+    import shutil
+
+    from airflow_provider_agentloom.cli.render import output_lines
+
+    sys.stderr.flush()
+    width = shutil.get_terminal_size((100, 24)).columns
+    for line in output_lines(result, workflow, width):
+        print(line, flush=True)
 
 
 def _gate_answers(workflow: Any, approve: Sequence[str], reject: Sequence[str]) -> dict[str, bool]:
@@ -528,17 +551,26 @@ def _stdout_to_stderr() -> Iterator[int]:
         os.close(saved)
 
 
-def parse_state_overrides(pairs: Sequence[str], state: dict[str, Any]) -> dict[str, Any]:
+def parse_state_overrides(
+    pairs: Sequence[str], state: dict[str, Any], *, allow_extra: bool = False
+) -> dict[str, Any]:
     """Turn ``KEY=VALUE`` pairs into state overrides, typed like the workflow's own state values.
 
-    A key whose initial value is a string (or a new key) takes the text as it is, as upstream
-    does; a key holding a number, boolean, list or mapping takes the value as JSON.
+    A key whose initial value is a string takes the text as it is, as upstream does; a key holding
+    a number, boolean, list or mapping takes the value as JSON. A key the state does not have is
+    refused, as a run conf key is in Airflow, unless ``allow_extra`` (``config.airflow.allow_extra_conf``):
+    then it takes the text.
     """
+    from airflow_provider_agentloom.workflow.state import unknown_keys_message
+
     overrides: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
             raise UsageError(f"--state expects KEY=VALUE, got {pair!r}")
+        unknown = None if allow_extra else unknown_keys_message([key], state, what="--state key")
+        if unknown is not None:
+            raise UsageError(unknown)
         current = state.get(key)
         if key not in state or current is None or isinstance(current, str):
             overrides[key] = text

@@ -1,14 +1,19 @@
-"""What the CLI prints: progress lines and validation reports (the graph pictures: ``graph_picture``)."""
+"""What the CLI prints: progress lines, step outputs and validation reports (pictures: ``graph_picture``)."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from airflow_provider_agentloom.exceptions import ValidationIssue
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.lint import Finding
-from airflow_provider_agentloom.workflow.models import Workflow
+from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep, SubworkflowStep, Workflow
+from airflow_provider_agentloom.workflow.redaction import marker, redact_state, redacted_key_patterns
 from airflow_provider_agentloom.workflow.results import RunResult, StepResult, StepStatus
+from airflow_provider_agentloom.workflow.state import write_output
 
 _MARKS = {
     StepStatus.SUCCESS: "ok",
@@ -47,6 +52,62 @@ def summary_line(result: RunResult) -> str:
     return line
 
 
+def output_lines(result: RunResult, workflow: Workflow, width: int) -> list[str]:
+    """Each reported step's output on one line, ``step_id: output``, shortened with ``…`` to ``width``.
+
+    A string shows its text (whitespace runs become one space), anything else its JSON; a step that did
+    not succeed and has no output shows its status instead. An output written to a redacted state key
+    shows as its marker.
+    """
+    places = dict(_step_places(workflow, "", ()))
+    lines = []
+    for step_id, step in result.step_results.items():
+        if step.status == StepStatus.SUCCESS or step.output is not None:
+            output_key, patterns = places.get(step_id, (None, ()))
+            text = _one_line(_masked(step.output, output_key, patterns))
+        else:
+            text = f"({step.status.value})"
+        line = f"{step_id}: {text}"
+        lines.append(line if len(line) <= width else line[: max(width - 1, 0)] + "…")
+    return lines
+
+
+def _step_places(
+    workflow: Workflow, prefix: str, patterns: tuple[str, ...]
+) -> Iterator[tuple[str, tuple[str | None, tuple[str, ...]]]]:
+    """``(reported id, (output key, redacted-key patterns of its scope))`` of every step, children too."""
+    patterns = (*patterns, *redacted_key_patterns(workflow.state_schema))
+    for step in workflow.steps:
+        yield f"{prefix}{step.id}", (step.output, patterns)
+        if isinstance(step, SubworkflowStep):
+            yield from _step_places(step.child, f"{prefix}{step.id}.", patterns)
+
+
+def _masked(value: Any, output_key: str | None, patterns: tuple[str, ...]) -> Any:
+    if output_key is None or not patterns:
+        return value
+    placed: dict[str, Any] = {}
+    try:
+        write_output(placed, output_key, value)
+    except Exception:  # a key the run could not write either: shown whole
+        return value
+    return marker(value) if redact_state(placed, patterns) != placed else value
+
+
+def _one_line(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def uses_models(workflow: Workflow) -> bool:
+    """Whether a step of ``workflow`` (or of a subworkflow of it, at any depth) calls a model."""
+    return any(
+        isinstance(step, (LLMCallStep, AgentStep))
+        or (isinstance(step, SubworkflowStep) and uses_models(step.child))
+        for step in workflow.steps
+    )
+
+
 def validation_report(
     workflow: Workflow, graph: StepGraph, findings: list[Finding], out: TextIO, dag: Any = None
 ) -> None:
@@ -54,14 +115,17 @@ def validation_report(
     config = workflow.config
     layers = _layer_plan(graph)
     budget = f", budget ${config.budget_usd}" if config.budget_usd is not None else ""
+    models = f" (provider {config.provider}, model {config.model}{budget})" if uses_models(workflow) else ""
     print(
-        f"ok  {workflow.source_path}: {workflow.name!r} v{workflow.version}, {len(workflow.steps)} steps "
-        f"in {len(layers)} layers (provider {config.provider}, model {config.model}{budget})",
+        f"ok  {workflow.source_path}: {workflow.name!r} v{workflow.version}, "
+        f"{_count(len(workflow.steps), 'step')} in {_count(len(layers), 'layer')}{models}",
         file=out,
     )
     if dag is not None:
-        schedule = config.airflow.schedule or "none (manual runs)"
-        print(f"    DAG {dag.dag_id!r}: {len(dag.task_dict)} tasks, schedule {schedule}", file=out)
+        from airflow_provider_agentloom.workflow.models import schedule_text
+
+        schedule = schedule_text(config.airflow.schedule)
+        print(f"    DAG {dag.dag_id!r}: {_count(len(dag.task_dict), 'task')}, schedule {schedule}", file=out)
     for index, ids in enumerate(layers):
         print(f"    layer {index}: {', '.join(ids)}", file=out)
     for finding in findings:
@@ -82,3 +146,8 @@ def _layer_plan(graph: StepGraph) -> list[list[str]]:
             layers.append([])
         layers[layer].append(step_id)
     return layers
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"

@@ -67,7 +67,7 @@ from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.errors import FixtureError, redact
 from airflow_provider_agentloom.llm.factory import VENDORS, create_provider
-from airflow_provider_agentloom.llm.gateway import ProviderGateway
+from airflow_provider_agentloom.llm.gateway import ProviderGateway, RetryScope
 from airflow_provider_agentloom.llm.http_provider import HTTPProvider
 from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.llm.recording import RecordingProvider
@@ -101,6 +101,10 @@ CONN_TYPE = "agentloom_llm"
 DEFAULT_CONN_ID = "agentloom_llm_default"
 HTTP_VENDORS = ("openai", "anthropic", "google", "ollama")
 KNOWN_VENDORS = (*HTTP_VENDORS, "mock")
+AIRFLOW_RETRY_SCOPE: RetryScope = "safe"
+"""Airflow owns a step's retries: within one attempt the gateway repeats only 429s and calls that
+never left (``ProviderGateway``), so a failing model call costs at most ``1 + max_retries`` requests
+per provider and attempt for those, and one for everything else."""
 VENDOR_CONN_IDS: dict[str, str] = {vendor: f"agentloom_{vendor}_default" for vendor in HTTP_VENDORS}
 ENV_VARS: dict[str, tuple[str | None, str]] = {
     "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
@@ -387,7 +391,7 @@ def _mock_gateway(
         provider = MockProvider(path, latency_model=config.latency_model, latency_ms=config.latency_ms)
     except FixtureError as exc:
         raise StepError(str(exc), retryable=False) from None
-    gateway = ProviderGateway()
+    gateway = ProviderGateway(retry_scope=AIRFLOW_RETRY_SCOPE)
     gateway.register(provider, priority=0, is_fallback=True)
     kind = "recording, replayed strictly" if provider.replaying else "fixture"
     log.info("LLM provider: mock (%s)", f"{kind} {path}" if path else "default replies, no fixture file")
@@ -463,7 +467,7 @@ def _connected_gateway(
         )
     first = [v for v in (explicit_vendor, primary) if v in slots]
     order = list(dict.fromkeys([*first, *(v for v in KNOWN_VENDORS if v in slots)]))
-    gateway = ProviderGateway()
+    gateway = ProviderGateway(retry_scope=AIRFLOW_RETRY_SCOPE)
     summary: list[str] = []
     for vendor in order:
         settings = slots[vendor]

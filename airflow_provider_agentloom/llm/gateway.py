@@ -7,7 +7,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import anyio
 
@@ -28,9 +28,12 @@ from airflow_provider_agentloom.llm.resilience import (
 from airflow_provider_agentloom.llm.telemetry import telemetry
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord
 
-__all__ = ["ProviderEntry", "ProviderGateway", "ToolCallRecorder"]
+__all__ = ["ProviderEntry", "ProviderGateway", "RetryScope", "ToolCallRecorder"]
 
 log = logging.getLogger(__name__)
+
+RetryScope = Literal["all", "safe"]
+"""Which retryable errors the gateway retries itself (see ``ProviderGateway``)."""
 
 
 @runtime_checkable
@@ -80,6 +83,12 @@ class ProviderGateway:
     ``max_retries`` times, waiting ``Retry-After`` when the server sent one (a wait above
     ``max_retry_after`` moves on instead) or an exponential backoff with ±25 % jitter.
 
+    ``retry_scope="safe"`` narrows those retries to what is safe and cheap to repeat inside one
+    call: a 429 (after its ``Retry-After``) and a connection that failed before any byte of the
+    request was sent. Every other retryable error goes straight to the next candidate and, when
+    none answers, out to the caller, whose own retry policy owns it: that is how Airflow tasks use
+    the gateway, so one failing call costs one request per provider, not ``1 + max_retries``.
+
     Non-retryable errors (400, 401, 403, 404, unsupported input) are never retried on the same
     provider, but the gateway still falls back to the next candidate: a bad key or an unknown model
     at one vendor says nothing about another. The final ``AllProvidersFailedError`` is retryable
@@ -94,6 +103,8 @@ class ProviderGateway:
     :param backoff_base: first backoff wait in seconds (doubling each retry).
     :param backoff_max: cap of one backoff wait.
     :param max_retry_after: longest ``Retry-After`` honoured; a longer one skips to the next provider.
+    :param retry_scope: ``"all"`` retries every retryable error (upstream's gateway); ``"safe"`` only
+        429s and connections that sent nothing, leaving the rest to the caller's retries.
     :param clock: monotonic clock for breakers and buckets (tests pass a fake).
     :param sleep: async sleep for backoff and limits (tests pass a fake).
     """
@@ -105,6 +116,7 @@ class ProviderGateway:
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
         max_retry_after: float = 30.0,
+        retry_scope: RetryScope = "all",
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
@@ -114,6 +126,9 @@ class ProviderGateway:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.max_retry_after = max_retry_after
+        if retry_scope not in ("all", "safe"):
+            raise ValueError("retry_scope must be 'all' or 'safe'")
+        self.retry_scope: RetryScope = retry_scope
         self._clock = clock
         self._sleep = sleep
         self._entries: list[ProviderEntry] = []
@@ -307,11 +322,20 @@ class ProviderGateway:
     def _retry_wait(self, error: LLMError, attempt: int) -> float | None:
         if not getattr(error, "retryable", False) or attempt >= self.max_retries:
             return None
+        if self.retry_scope == "safe" and not _safe_to_repeat(error):
+            return None
         retry_after = error.retry_after if isinstance(error, LLMHTTPError) else None
         if retry_after is not None:
             return retry_after if retry_after <= self.max_retry_after else None
         backoff = min(self.backoff_base * (2.0**attempt), self.backoff_max)
         return backoff * self._random.uniform(0.75, 1.25)
+
+
+def _safe_to_repeat(error: LLMError) -> bool:
+    """A 429 (the vendor did no work), or a connection that failed before the request left."""
+    if not isinstance(error, LLMHTTPError):
+        return False
+    return error.status_code == 429 or (error.status_code == 0 and not error.request_sent)
 
 
 class _GiveUp(Exception):

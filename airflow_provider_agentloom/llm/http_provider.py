@@ -55,6 +55,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _DONE = "[DONE]"
+_NOTHING_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+"""Transport errors raised before any byte of the request left: safe to repeat at once."""
 _SENSITIVE_HEADERS = (
     "authorization",
     "x-api-key",
@@ -250,6 +252,7 @@ class HTTPProvider(LLMProvider):
             vendor=self.name,
             status_code=0,
             retryable=True,
+            request_sent=not isinstance(exc, _NOTHING_SENT),
         )
 
     def _parse_checked(self, body: Any, request: ChatRequest) -> ChatResponse:

@@ -61,8 +61,9 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
         self.current_run: StepRun[StepT] | None = None
         label = self.graph_label()
         self.custom_operator_name = label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
+        masker = run_context.written_secrets
         for name, value in self.unrendered_fields().items():
-            setattr(self, name, value)
+            setattr(self, name, masker.mask(value) if masker else value)
 
     def graph_label(self) -> str:
         """What the task's box in the graph says the step is (``custom_operator_name``)."""

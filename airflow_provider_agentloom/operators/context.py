@@ -13,6 +13,7 @@ scope and the subworkflow step. From the chain it derives the state the child st
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -26,7 +27,7 @@ from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.models import SandboxConfig, SubworkflowStep, Workflow
-from airflow_provider_agentloom.workflow.redaction import Mask
+from airflow_provider_agentloom.workflow.redaction import Mask, SecretMasker
 
 if TYPE_CHECKING:
     from airflow_provider_agentloom.tools._kernel import KernelSandboxMode
@@ -195,6 +196,13 @@ class WorkflowRunContext:
         if self.parent is None or self.scope_step is None:
             return step_id
         return f"{self.parent.qualified_id(self.scope_step.id)}.{step_id}"
+
+    @functools.cached_property
+    def written_secrets(self) -> SecretMasker:
+        """Masks the redacted values written in this scope's workflow file (for what shows before a run)."""
+        from airflow_provider_agentloom.workflow.redaction import written_secrets
+
+        return written_secrets(self.workflow.state, self.workflow.state_schema)
 
     @property
     def budget_usd(self) -> float | None:

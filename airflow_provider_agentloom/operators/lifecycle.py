@@ -1,9 +1,11 @@
 """``StepRun``: one attempt of one step, the lifecycle every step operator shares.
 
-It checks the run's budget, rebuilds the state the step may read (params, run conf, then the
-upstream outputs in upstream order), pushes the output (``return_value``) and the step metadata
-(``agentloom`` key), and maps errors: a non-retryable error becomes ``AirflowFailException``, a
-timeout ends the attempt with status ``timeout``, and the budget stops the step as ``skipped``.
+It refuses a run conf with keys the workflow's state does not have (unless
+``config.airflow.allow_extra_conf``), checks the run's budget, rebuilds the state the step may read
+(params, run conf, then the upstream outputs in upstream order), pushes the output
+(``return_value``) and the step metadata (``agentloom`` key), and maps errors: a non-retryable
+error becomes ``AirflowFailException``, a timeout ends the attempt with status ``timeout``, and
+the budget stops the step as ``skipped``.
 
 An operator's ``execute``, a router's choice before Airflow skips the other branches, and an
 approval gate's resume after a person answered all go through it, so every path of Airflow that
@@ -27,9 +29,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
-from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceededError
+from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceededError, StepError
 from airflow_provider_agentloom.operators.masking import TaskSecrets
+from airflow_provider_agentloom.workflow.redaction import redacted_key_patterns, secret_state_keys
 from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus, TokenUsage
+from airflow_provider_agentloom.workflow.state import unknown_keys_message
 from airflow_provider_agentloom.workflow.storable import storable_output
 
 if TYPE_CHECKING:
@@ -115,9 +119,27 @@ class StepRun(Generic[StepT]):
             return self.succeed(body(self.context, self.begin()))
 
     def begin(self) -> dict[str, Any]:
-        """Start the attempt (inside :meth:`guard`): the budget check, then the state the step reads."""
+        """Start the attempt (inside :meth:`guard`): conf and budget checks, then the state the step reads."""
+        self.check_conf()
         self.check_budget()
         return self.read_state()
+
+    def check_conf(self) -> None:
+        """Refuse a run conf key that is not a top-level state key (a typo would be silently ignored).
+
+        Every step checks it before doing anything, so such a run fails before any step's work, each
+        step naming the key and the closest valid one; ``config.airflow.allow_extra_conf`` opts out.
+        """
+        root = self.operator.run_context.root.workflow
+        if root.config.airflow.allow_extra_conf:
+            return
+        message = unknown_keys_message(self._conf(), root.state)
+        if message is not None:
+            raise StepError(message, retryable=False)
+
+    def _conf(self) -> dict[str, Any]:
+        conf = getattr(self.context.get("dag_run"), "conf", None)
+        return dict(conf) if conf else {}
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
@@ -171,11 +193,17 @@ class StepRun(Generic[StepT]):
         return self.context["ti"].xcom_pull(task_ids=task_id, key=key)
 
     def overrides(self) -> dict[str, Any]:
-        """The run's state overrides: the DAG params, then the run conf."""
+        """The run's state overrides: the DAG params, then the run conf.
+
+        A redacted key left empty (its param has no default, so the serialized DAG holds no secret)
+        keeps the workflow's value.
+        """
         overrides = dict(self.context.get("params") or {})
-        conf = getattr(self.context.get("dag_run"), "conf", None)
-        if conf:
-            overrides.update(conf)
+        overrides.update(self._conf())
+        workflow = self.operator.run_context.root.workflow
+        for key in secret_state_keys(workflow.state, redacted_key_patterns(workflow.state_schema)):
+            if overrides.get(key, "") is None:
+                del overrides[key]
         return overrides
 
     def read_state(self) -> dict[str, Any]:

@@ -42,7 +42,8 @@ def run_workflow(
     :param tools: custom tools the workflow's tool steps may call (besides the four built-ins).
     :param state: initial state overrides (like ``--state key=value``).
     :param home: the runner's private Airflow home (default ``$AGENTLOOM_HOME`` or the user cache).
-    :param working_dir: "the directory you run from" for built-in tools (default: the current one).
+    :param working_dir: "the directory you run from" for built-in tools (default: the workflow's
+        ``config.airflow.working_dir``, else the current one); ``{dag_id}``/``{run_id}`` are filled in.
     :param on_progress: called as ``on_progress(step_result, event)`` when a step ends or retries.
     :param answers: ``{step_id: approve?}``: the answer of each approval gate, given when it waits.
     :param ask: ``ask(step_id) -> bool | None``, asked about a waiting gate ``answers`` leaves open
@@ -68,7 +69,7 @@ def run_workflow(
     dag = build_dag(
         model,
         tools=tools,
-        working_dir=str(Path(working_dir or os.getcwd()).resolve()),
+        working_dir=str(Path(working_dir or model.config.airflow.working_dir or os.getcwd()).resolve()),
         discover_tools=False,
         run_context_options=run_context_options,
     )

@@ -74,7 +74,7 @@ def prepare_home(root: Path | None = None) -> EmbeddedHome:
     home.dags_folder.mkdir(parents=True, exist_ok=True)
     home.logs.mkdir(parents=True, exist_ok=True)
     if not home.stub.exists() or home.stub.read_text() != _STUB:
-        _write_atomically(home.stub, _STUB)  # a task of another run may be reading it
+        write_atomically(home.stub, _STUB)  # a task of another run may be reading it
     _configure_environment(home)
     _migrate_once(home)
     return home
@@ -90,7 +90,7 @@ def _configure_environment(home: EmbeddedHome) -> None:
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home.logs),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AGENTLOOM_AIRFLOW_LOG_LEVEL", "WARNING"),
-        "AIRFLOW__API_AUTH__JWT_SECRET": _jwt_secret(home),
+        "AIRFLOW__API_AUTH__JWT_SECRET": jwt_secret(home),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         # A task supervisor notices its task process has exited at its next poll, which is at
         # most this many seconds away (Airflow's default of 5 s would add up to 5 s to a run).
@@ -113,14 +113,14 @@ def _configure_environment(home: EmbeddedHome) -> None:
     os.environ.update(settings)
 
 
-def _jwt_secret(home: EmbeddedHome) -> str:
+def jwt_secret(home: EmbeddedHome) -> str:
     secret_file = home.root / ".jwt_secret"
     if not secret_file.exists():
-        _write_atomically(secret_file, secrets.token_hex(48), mode=0o600, replace=False)
+        write_atomically(secret_file, secrets.token_hex(48), mode=0o600, replace=False)
     return secret_file.read_text().strip()
 
 
-def _write_atomically(path: Path, text: str, *, mode: int = 0o644, replace: bool = True) -> None:
+def write_atomically(path: Path, text: str, *, mode: int = 0o644, replace: bool = True) -> None:
     """Write ``path`` so a reader never sees it half-written (with ``replace=False``, the first
     of several concurrent writers wins)."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -91,6 +91,11 @@ class StepGraph:
         """Direct dependents of ``step_id`` (explicit and implicit edges)."""
         return [sid for sid, parents in self.parents.items() if step_id in parents]
 
+    def final_steps(self) -> list[str]:
+        """The steps no step depends on (the sinks of the graph), in upstream order."""
+        fed = {parent for parents in self.parents.values() for parent in parents}
+        return [step_id for step_id in self.order if step_id not in fed]
+
     def descendants(self, step_id: str) -> set[str]:
         """Every step below ``step_id``."""
         return {sid for sid, ancestors in self.ancestors.items() if step_id in ancestors}

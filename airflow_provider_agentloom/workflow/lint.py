@@ -77,6 +77,7 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
             f"step {reader!r} reads {key}, which {writer!r} writes in the same or a later layer: "
             f"{reader!r} will not see that value (add depends_on: [{writer}] if it should)",
         )
+    findings += _outlets_per_final_step(workflow, graph)
     if not workflow.config.strict_outputs:
         for a, b, key, index_b in output_collisions(workflow, graph):
             add(
@@ -85,6 +86,19 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
                 f"steps {a!r} and {b!r} may run at the same time and both write {key!r}",
             )
     return findings
+
+
+def _outlets_per_final_step(workflow: Workflow, graph: StepGraph) -> list[Finding]:
+    """``config.airflow.outlets`` on several final steps: each success is an asset event of its own."""
+    final = graph.final_steps()
+    if not workflow.config.airflow.outlets or len(final) < 2:
+        return []
+    message = (
+        f"the final steps {', '.join(final)} each update the outlets when they succeed, so a workflow "
+        "scheduled on them may start once per step; to update them once per run, name one step in "
+        "step_outlets instead"
+    )
+    return [Finding("info", source_map_of(workflow).issue(("config", "airflow", "outlets"), message))]
 
 
 def _targets_not_children(step: object, graph: StepGraph) -> list[tuple[tuple[str | int, ...], str]]:

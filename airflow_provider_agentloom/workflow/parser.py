@@ -36,6 +36,7 @@ from airflow_provider_agentloom.workflow.limits import (
 )
 from airflow_provider_agentloom.workflow.models import (
     STEP_MODELS,
+    UNION_TAGS,
     LLMCallStep,
     RouterStep,
     SubworkflowStep,
@@ -250,8 +251,16 @@ class _Validator:
         issues: list[ValidationIssue] = []
         seen: set[Loc] = set()
         errors = [(err, *_clean_loc(err["loc"], data)) for err in exc.errors(include_url=False)]
+        # A required key written with a typo is one mistake: its "unknown key (did you mean ...?)" says it.
+        misspelled = {
+            (*loc[:-1], suggestion)
+            for err, loc, models in errors
+            if err["type"] == "extra_forbidden" and (suggestion := _describe(err, loc, models)[1])
+        }
         for err, loc, models in errors:
             kind = err["type"]
+            if kind == "missing" and loc in misspelled:
+                continue
             if (
                 kind == "literal_error"
                 and isinstance(err.get("input"), dict)
@@ -390,16 +399,23 @@ def _clean_loc(raw: Sequence[str | int], data: Any) -> tuple[Loc, list[type[Base
     models: list[type[BaseModel] | None] = [Workflow]
     node: Any = data
     model: type[BaseModel] | None = Workflow
+    keyed = False  # the next key is a key of a mapping of models (config.airflow.params): the model holds
     for part in raw:
-        if isinstance(part, str):
+        if isinstance(part, str) and keyed and isinstance(node, Mapping) and part in node:
+            keyed = False
+        elif isinstance(part, str):
             if not isinstance(node, Mapping):
                 continue  # a union member label below a scalar, such as "literal['auto', ...]"
             if part not in node:
                 if node.get("type") == part and part in STEP_MODELS:
                     model = models[-1] = STEP_MODELS[part]
                     continue
+                if part in UNION_TAGS:  # the member of a tagged union (a schedule's form) that was chosen
+                    model = models[-1] = UNION_TAGS[part]
+                    continue
                 if model is not None and part not in model.model_fields:
                     continue  # a union member class name, such as "ToolChoiceByName"
+            keyed = _is_mapping_field(model, part)
             model = _field_model(model, part)
         loc.append(part)
         models.append(model)
@@ -425,6 +441,12 @@ def _field_model(model: type[BaseModel] | None, name: str) -> type[BaseModel] | 
         return None
     found = _models_in(field.annotation)
     return found[0] if len(found) == 1 else None
+
+
+def _is_mapping_field(model: type[BaseModel] | None, name: str) -> bool:
+    """Whether field ``name`` of ``model`` is a mapping (its keys are the user's, not the model's)."""
+    field = model.model_fields.get(name) if model is not None else None
+    return field is not None and typing.get_origin(field.annotation) is dict
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -476,6 +498,10 @@ def _model_label(model: type[BaseModel] | None) -> str:
         "WorkflowConfig": " in config",
         "SandboxConfig": " in config.sandbox",
         "AirflowConfig": " in config.airflow",
+        "ScheduleInterval": " in a timedelta schedule (expected weeks, days, hours, minutes, seconds)",
+        "AssetAllOf": " in an {all: [...]} asset expression (nest {any: [...]} inside it)",
+        "AssetAnyOf": " in an {any: [...]} asset expression (nest {all: [...]} inside it)",
+        "ParamSpec": " in a config.airflow.params field",
         "RetryConfig": " in retry",
         "WebhookConfig": " in notify",
         "Attachment": " in an attachment",

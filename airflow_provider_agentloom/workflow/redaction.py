@@ -34,6 +34,7 @@ __all__ = [
     "marker",
     "redact_state",
     "redacted_key_patterns",
+    "secret_state_keys",
     "state_secrets",
 ]
 
@@ -106,6 +107,18 @@ def _collect(
         into.append(value if isinstance(value, str) else json.dumps(value))
 
 
+def secret_state_keys(state: Mapping[str, Any], patterns: Iterable[str]) -> list[str]:
+    """Return the top-level keys of ``state`` that are redacted or hold a redacted value inside."""
+    found = tuple(patterns)
+    if not found:
+        return []
+    return [
+        str(key)
+        for key, value in state.items()
+        if _is_redacted(str(key), str(key), found) or state_secrets({key: value}, found)
+    ]
+
+
 class SecretMasker:
     """Replace every occurrence of a run's known secret values by its marker, in texts and JSON values.
 
@@ -156,3 +169,12 @@ class SecretMasker:
         if isinstance(value, list | tuple):
             return [self.mask(item) for item in value]
         return value
+
+
+def written_secrets(state: Mapping[str, Any], state_schema: Mapping[str, Any]) -> SecretMasker:
+    """A masker over the redacted values written in a workflow file: each whole, and each line of one.
+
+    What Airflow shows before a run (the DAG's docs, a task's template fields) goes through it.
+    """
+    secrets = state_secrets(state, redacted_key_patterns(state_schema))
+    return SecretMasker([*secrets, *(line.strip() for text in secrets for line in text.splitlines())])

@@ -10,6 +10,7 @@ the trigger form shows a date picker.
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
@@ -42,6 +43,33 @@ def initial_state(
     if overrides:
         state.update(copy.deepcopy(dict(overrides)))
     return state
+
+
+def unknown_keys_message(
+    given: Iterable[str], state: Mapping[str, Any], what: str = "conf key"
+) -> str | None:
+    """The error for run overrides (``what``: a run's conf keys, ``--state`` keys) the state does not have.
+
+    None when every key is a top-level state key. Each unknown key is named with the closest valid one.
+    """
+    known = [str(key) for key in state]
+    unknown = [str(key) for key in given if key not in state]
+    if not unknown:
+        return None
+
+    def named(key: str) -> str:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        return f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
+
+    if len(unknown) == 1:
+        head = f"Unknown {what} {unknown[0]!r}: the workflow's state has no such key"
+        close = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.6)
+        head += f" (did you mean {close[0]!r}?)" if close else ""
+    else:
+        names = ", ".join(named(key) for key in unknown)
+        head = f"Unknown {what}s {names}: the workflow's state has no such keys"
+    keys = f"its state keys are {', '.join(known)}" if known else "it has no state keys"
+    return f"{head}; {keys}. Set config.airflow.allow_extra_conf: true to let a run pass other keys"
 
 
 def write_output(state: dict[str, Any], path: str, value: Any) -> None:

@@ -35,6 +35,8 @@ import httpx
 import pytest
 from cli_support import is_outside_setting
 
+from airflow_provider_agentloom.serve import stack as serve_stack
+
 ROOT = Path(__file__).resolve().parents[2]
 REPO_DAGS = ROOT / "dags"
 
@@ -206,11 +208,7 @@ def stop_components(components: list[Component], grace: float = 25.0) -> list[st
 
 
 def tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        return f"<cannot read {path}: {exc}>"
-    return "\n".join(text.splitlines()[-lines:])
+    return serve_stack.tail(path, lines)
 
 
 # --------------------------------------------------------------------------------------------------
