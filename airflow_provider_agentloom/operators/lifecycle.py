@@ -108,6 +108,7 @@ class StepRun(Generic[StepT]):
             status=StepStatus.RUNNING,
             attempts=int(context["ti"].try_number or 1),
             output_key=self.step.output,
+            budget_usd=operator.run_context.budget_usd,
         )
         self._spent = StepOutcome(output=None)
         operator.current_run = self

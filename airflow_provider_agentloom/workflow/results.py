@@ -75,7 +75,9 @@ META_KEY = "agentloom"
 class StepMeta(BaseModel):
     """What a task pushes under the ``agentloom`` XCom key, beside its output.
 
-    ``budget_exceeded`` marks a step the run's budget stopped (its status is ``skipped``).
+    ``budget_exceeded`` marks a step the run's budget stopped (its status is ``skipped``);
+    ``budget_usd`` is the run's ``config.budget_usd``, so what reads a run's XComs (the UI's run
+    summary) knows the budget without the workflow file.
     """
 
     step_id: str
@@ -91,6 +93,7 @@ class StepMeta(BaseModel):
     model: str | None = None
     provider: str | None = None
     budget_exceeded: bool = False
+    budget_usd: float | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod

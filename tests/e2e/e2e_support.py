@@ -227,6 +227,8 @@ class AirflowStack:
     database: str | None = None
     client: httpx.Client | None = None
     extra_env: dict[str, str] = field(default_factory=dict)  # set before start_all (connections…)
+    # (username, password) when the stack has real users (SIMPLE_AUTH_MANAGER_ALL_ADMINS off).
+    credentials: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.home = self.base / "airflow-home"
@@ -412,7 +414,11 @@ class AirflowStack:
 
         wait_for("api-server, scheduler and dag-processor to be healthy", healthy, timeout)
         self.timings["start to healthy"] = time.monotonic() - self.started_at
-        token = client.get("/auth/token")
+        if self.credentials is None:
+            token = client.get("/auth/token")
+        else:
+            username, password = self.credentials
+            token = client.post("/auth/token", json={"username": username, "password": password})
         token.raise_for_status()
         client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
 

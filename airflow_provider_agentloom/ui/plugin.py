@@ -1,0 +1,44 @@
+"""The Airflow plugin that puts AgentLoom's pages in the UI: a run tab and a DAG tab.
+
+Registered through the ``airflow.plugins`` entry point, which every Airflow component loads
+whatever its settings (a provider's ``plugins`` list is read only with
+``[core] lazy_discover_providers = False``). The pages are external views: Airflow's UI shows
+each as a tab (``destination`` ``dag_run`` and ``dag``) holding an iframe of our FastAPI app, at
+the same origin, so the UI's login cookie authenticates it. Task processes load plugins too (for
+macros): the FastAPI app is imported only when the api-server asks for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+
+_PREFIX = "/agentloom"
+
+
+class AgentLoomUIPlugin(AirflowPlugin):
+    """A "Run summary" tab on every DAG run and a "Spend" tab on every DAG (see ``ui.app``)."""
+
+    name = "agentloom"
+    external_views = [
+        {
+            "name": "AgentLoom summary",
+            "href": _PREFIX + "/dags/{DAG_ID}/runs/{RUN_ID}/summary",
+            "destination": "dag_run",
+            "url_route": "agentloom-summary",
+        },
+        {
+            "name": "AgentLoom spend",
+            "href": _PREFIX + "/dags/{DAG_ID}/spend",
+            "destination": "dag",
+            "url_route": "agentloom-spend",
+        },
+    ]
+
+    @property
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The app serving the pages, imported on first use (only the api-server mounts it)."""
+        from airflow_provider_agentloom.ui.app import URL_PREFIX, app
+
+        return [{"app": app, "url_prefix": URL_PREFIX, "name": "AgentLoom pages"}]

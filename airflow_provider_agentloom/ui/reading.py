@@ -1,0 +1,162 @@
+"""Read a DAG's runs back from Airflow's metadata database as step results and summaries.
+
+Runs inside the api-server (the UI plugin's FastAPI app), with the request's session. The data is
+what every step task pushed under the XCom key ``agentloom`` (``StepMeta``, already masked by the
+task) and the task instances' states; the summaries are ``workflow.summary``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_provider_agentloom.operators.context import ENTER_TASK, RESULT_TASK
+from airflow_provider_agentloom.workflow.models import StepType
+from airflow_provider_agentloom.workflow.results import (
+    META_KEY,
+    StepMeta,
+    StepResult,
+    StepStatus,
+    step_result,
+    step_status,
+)
+from airflow_provider_agentloom.workflow.summary import (
+    RunSummary,
+    SpendReport,
+    run_spend,
+    spend_report,
+    summarize_run,
+)
+
+_NEVER = datetime.max.replace(tzinfo=UTC)
+_NOT_STARTED = frozenset({None, "none", "scheduled", "queued", "deferred", "up_for_reschedule", "restarting"})
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run as the summary tab shows it: the summary and each step's result, in start order."""
+
+    summary: RunSummary
+    steps: list[StepResult]
+    step_types: dict[str, str]
+    recorded: bool
+    """Whether any task pushed AgentLoom step metadata (false: not an AgentLoom DAG, or not started)."""
+
+
+def _state(ti: Any) -> str | None:
+    state = ti.state
+    return None if state is None else str(getattr(state, "value", state))
+
+
+def _status(state: str | None, meta: StepMeta | None) -> StepStatus:
+    """A step's status; a task that has not started (or is running) is not finished yet."""
+    if state in _NOT_STARTED:
+        return StepStatus.PENDING
+    if state == "running":
+        return StepStatus.RUNNING
+    return step_status(state, meta)
+
+
+def run_view(run_id: str, run_state: str, tis: Iterable[Any], metas: Mapping[str, Any]) -> RunView:
+    """Turn one run's task instances and its ``agentloom`` XComs (by task id) into a :class:`RunView`.
+
+    A subworkflow's ``__start__`` task is internal (its ``__end__`` task reports the step), unless
+    it failed (a bad ``input``, the budget): then it reports the step. A subworkflow's children
+    are steps of their own, ``<sub_id>.<child_id>``; the subworkflow step's totals are theirs.
+    """
+    results: dict[str, StepResult] = {}
+    types: dict[str, str] = {}
+    containers: set[str] = set()
+    budget: float | None = None
+    recorded = False
+    for ti in sorted(tis, key=lambda t: (t.start_date or _NEVER, t.task_id)):
+        state = _state(ti)
+        group, _, last = ti.task_id.rpartition(".")
+        wrapper = bool(group) and last in (ENTER_TASK, RESULT_TASK)
+        step_id = group if wrapper else ti.task_id
+        if (last == ENTER_TASK and state != "failed") or (last == RESULT_TASK and step_id in results):
+            continue
+        meta = StepMeta.from_xcom(metas.get(ti.task_id))
+        recorded = recorded or meta is not None
+        if meta is not None and meta.budget_usd is not None:
+            budget = meta.budget_usd
+        if wrapper or (meta is not None and meta.step_type == StepType.SUBWORKFLOW):
+            containers.add(step_id)
+        types[step_id] = meta.step_type if meta is not None else ("subworkflow" if wrapper else "")
+        results[step_id] = step_result(step_id, _status(state, meta), meta, None, None)
+    summary = summarize_run(run_id, run_state, results, containers=containers, budget_usd=budget)
+    return RunView(summary=summary, steps=list(results.values()), step_types=types, recorded=recorded)
+
+
+def _metas(session: Any, dag_id: str, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The ``agentloom`` XComs of ``run_ids``: run id -> task id -> value as the task pushed it.
+
+    The row's value is already JSON (tasks write through the Execution API); only the Task SDK's
+    ``serde.deserialize`` applies, as in ``runner.results.read_xcom``.
+    """
+    from airflow.models.xcom import XComModel
+    from airflow.sdk.serde import deserialize
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(XComModel.run_id, XComModel.task_id, XComModel.value).where(
+            XComModel.dag_id == dag_id,
+            XComModel.run_id.in_(run_ids),
+            XComModel.key == META_KEY,
+            XComModel.map_index == -1,
+        )
+    )
+    metas: dict[str, dict[str, Any]] = {}
+    for run_id, task_id, value in rows:
+        metas.setdefault(run_id, {})[task_id] = deserialize(value) if value is not None else None
+    return metas
+
+
+def _task_instances(session: Any, dag_id: str, run_ids: Sequence[str]) -> dict[str, list[Any]]:
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    tis = session.scalars(
+        select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id.in_(run_ids))
+    )
+    by_run: dict[str, list[Any]] = {}
+    for ti in tis:
+        by_run.setdefault(ti.run_id, []).append(ti)
+    return by_run
+
+
+def read_run(session: Any, dag_id: str, run_id: str) -> RunView | None:
+    """The view of one run; None when the DAG has no such run."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    run = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)).first()
+    if run is None:
+        return None
+    tis = _task_instances(session, dag_id, [run_id]).get(run_id, [])
+    return run_view(run_id, _state(run) or "queued", tis, _metas(session, dag_id, [run_id]).get(run_id, {}))
+
+
+def read_spend(session: Any, dag_id: str, last: int) -> SpendReport:
+    """The spend of the DAG's ``last`` runs (newest first by ``run_after``), per run, day and model."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    runs = list(
+        session.scalars(
+            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.run_after.desc()).limit(last)
+        )
+    )
+    run_ids = [run.run_id for run in runs]
+    tis = _task_instances(session, dag_id, run_ids)
+    metas = _metas(session, dag_id, run_ids)
+    lines = []
+    for run in runs:
+        view = run_view(
+            run.run_id, _state(run) or "queued", tis.get(run.run_id, []), metas.get(run.run_id, {})
+        )
+        when = run.logical_date or run.run_after
+        lines.append(run_spend(view.summary, when.astimezone(UTC).date() if when is not None else None))
+    return spend_report(lines)
