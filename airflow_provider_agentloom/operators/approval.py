@@ -100,12 +100,17 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
             return HITLOperator.execute(self, context)
         except TaskAwaitingInput:  # the request is written: tell the webhook, then wait
             self.notify(context, state, run)
+            # Airflow stores the template fields again only after the task is already parked in
+            # awaiting_input; an answer given in between can then be lost (the gate waits for
+            # ever). The resumed part stores them once the answer is in.
+            self.overwrite_rtif_after_execution = False
             raise
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume with the answer: the decision becomes the step's output (a rejection is data)."""
         run: StepRun[ApprovalGateStep] = StepRun(self, context)
         step = self.step
+        self.overwrite_rtif_after_execution = True  # the answer is in: store what this part shows
         with run.guard():
             try:
                 # HITLOperator's checks, not ApprovalOperator's: that one skips downstream on reject.
