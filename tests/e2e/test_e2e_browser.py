@@ -63,8 +63,13 @@ config:
   model: gpt-4o-mini
   responses_file: ui_tour_replies.json
   budget_usd: 0.05
+  airflow:
+    params:
+      topic: {title: Topic, description: What the notes are about}
+      tone: {title: Tone, enum: [brief, detailed], values_display: {brief: Brief, detailed: In detail}}
 state:
   topic: the quarterly report
+  tone: brief
 steps:
   - id: gather_notes
     type: tool
@@ -269,7 +274,10 @@ def test_browser_dag_list_and_trigger_form(tour: Tour) -> None:
     page.get_by_role("button", name="Trigger").first.click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_be_visible()
-    expect(dialog.locator("label", has_text="topic").first).to_be_visible()
+    # The fields' titles and descriptions come from config.airflow.params.
+    expect(dialog.locator("label", has_text="Topic").first).to_be_visible()
+    expect(dialog.get_by_text("What the notes are about")).to_be_visible()
+    expect(dialog.locator("label", has_text="Tone").first).to_be_visible()
     tour.shoot("2-trigger-form")
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
