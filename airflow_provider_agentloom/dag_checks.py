@@ -10,7 +10,6 @@ would refuse its DAG. ``config.airflow`` keys that name state keys or step ids a
 
 from __future__ import annotations
 
-import difflib
 import re
 import warnings
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError
+from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError, closest
 from airflow_provider_agentloom.operators.context import safe_id
 from airflow_provider_agentloom.workflow.models import (
     AssetAllOf,
@@ -190,18 +189,13 @@ def _schedule_issue(workflow: Workflow, schedule: Any, exc: Exception) -> Valida
         "such as {minutes: 30}, asset URIs, or no schedule for manual runs)"
     )
     text = schedule if isinstance(schedule, str) else ""
-    close = difflib.get_close_matches(text, presets, n=1, cutoff=0.6) if text.startswith("@") else []
-    return _issue(workflow, ("config", "airflow", "schedule"), message, close[0] if close else None)
+    suggestion = closest(text, presets) if text.startswith("@") else None
+    return _issue(workflow, ("config", "airflow", "schedule"), message, suggestion)
 
 
 def _issue(workflow: Workflow, loc: Loc, message: str, suggestion: str | None = None) -> ValidationIssue:
     issue = issue_in(workflow, loc, message)
     return ValidationIssue(issue.file, issue.line, issue.key_path, issue.message, suggestion)
-
-
-def _closest(name: str, choices: list[str]) -> str | None:
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-    return close[0] if close else None
 
 
 # -- data-aware scheduling ----------------------------------------------------------------------
@@ -255,7 +249,7 @@ def _asset_issues(workflow: Workflow) -> list[ValidationIssue]:
             if step_id not in step_ids:
                 message = f"no step has the id {step_id!r} (its steps: {', '.join(step_ids)})"
                 loc: Loc = (*base, "step_outlets", step_id)
-                issues.append(_issue(owner, loc, message, _closest(step_id, step_ids)))
+                issues.append(_issue(owner, loc, message, closest(step_id, step_ids)))
             outlets += [((*base, "step_outlets", step_id, pos), uri) for pos, uri in enumerate(step_uris)]
         for loc, uri in (scheduled if scope is workflow else []) + outlets:
             problem = asset_uri_problem(uri)
@@ -335,7 +329,7 @@ def check_params(workflow: Workflow, params: dict[str, Any]) -> None:
             message = (
                 f"{key!r} is not a top-level state key (the trigger form has a field per state key; {known})"
             )
-            issues.append(_issue(workflow, loc, message, _closest(key, keys)))
+            issues.append(_issue(workflow, loc, message, closest(key, keys)))
             continue
         issues += _spec_issues(workflow, key, spec, params[key], loc)
     if issues:

@@ -24,6 +24,8 @@ pickle across processes (Airflow's supervisor and the CLI runner may cross one).
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -48,6 +50,12 @@ class ValidationIssue:
         key = f" {self.key_path}:" if self.key_path else ""
         hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
         return f"{where}:{key} {self.message}{hint}"
+
+
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The choice nearest to a misspelled ``name`` (a ``ValidationIssue``'s ``suggestion``), or None."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 class WorkflowValidationError(AgentLoomError):

@@ -9,10 +9,9 @@ its ancestors' outputs, in upstream order (layer, then step id). Nothing here im
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from airflow_provider_agentloom.exceptions import closest
 from airflow_provider_agentloom.workflow.models import (
     AgentStep,
     ApprovalGateStep,
@@ -173,11 +172,6 @@ def step_reads(step: StepModel, known_keys: frozenset[str]) -> StepReads:
     return StepReads(frozenset(reads.keys), frozenset(reads.ids), reads.whole)
 
 
-def _suggest(name: str, choices: Iterable[str]) -> str | None:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
 def _check_references(workflow: Workflow) -> list[GraphIssue]:
     issues: list[GraphIssue] = []
     seen: dict[str, int] = {}
@@ -202,7 +196,7 @@ def _check_references(workflow: Workflow) -> list[GraphIssue]:
                     GraphIssue(
                         f"steps[{index}].depends_on[{pos}]",
                         f"step {step.id!r} depends on unknown step {dep!r}",
-                        _suggest(dep, seen),
+                        closest(dep, seen),
                     )
                 )
         if isinstance(step, RouterStep):
@@ -215,7 +209,7 @@ def _check_references(workflow: Workflow) -> list[GraphIssue]:
                         GraphIssue(
                             f"steps[{index}].{where}",
                             f"router {step.id!r} targets unknown step {target!r}",
-                            _suggest(target, seen),
+                            closest(target, seen),
                         )
                     )
     return issues

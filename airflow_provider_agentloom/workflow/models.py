@@ -9,12 +9,13 @@ fails later in Airflow. Nothing here imports Airflow.
 
 from __future__ import annotations
 
-import difflib
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
+
+from airflow_provider_agentloom.exceptions import closest
 
 MAX_SECONDS = 366 * 24 * 3600
 """The longest duration a workflow may set (timeouts, backoff): a year, well inside ``timedelta``."""
@@ -149,9 +150,9 @@ def _expression_tag(value: Any) -> str:
     if "any" in keys:
         return "asset-any"
     for key in keys:
-        close = difflib.get_close_matches(key, ["all", "any", *INTERVAL_UNITS], n=1, cutoff=0.6)
-        if close and close[0] in ("all", "any"):
-            return f"asset-{close[0]}"
+        close = closest(key, ["all", "any", *INTERVAL_UNITS])
+        if close in ("all", "any"):
+            return f"asset-{close}"
     return "asset-all"
 
 
@@ -167,8 +168,7 @@ def _schedule_tag(value: Any) -> str:
     if isinstance(value, dict):
         keys = [str(key) for key in value]
         for key in keys:
-            close = difflib.get_close_matches(key, [*INTERVAL_UNITS, "all", "any"], n=1, cutoff=0.6)
-            if key in INTERVAL_UNITS or (close and close[0] in INTERVAL_UNITS):
+            if key in INTERVAL_UNITS or closest(key, [*INTERVAL_UNITS, "all", "any"]) in INTERVAL_UNITS:
                 return "interval"
         return _expression_tag(value)
     return "cron"

@@ -10,7 +10,6 @@ datetime becomes its ISO string, and what JSON cannot hold is refused at its lin
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import typing
@@ -21,7 +20,12 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from airflow_provider_agentloom.exceptions import ExpressionError, ValidationIssue, WorkflowValidationError
+from airflow_provider_agentloom.exceptions import (
+    ExpressionError,
+    ValidationIssue,
+    WorkflowValidationError,
+    closest,
+)
 from airflow_provider_agentloom.workflow.graph import GraphError, StepGraph, build_graph
 from airflow_provider_agentloom.workflow.limits import (
     DEFAULT_LIMITS,
@@ -467,12 +471,12 @@ def _describe(err: Any, loc: Loc, models: list[type[BaseModel] | None]) -> tuple
     if kind == "extra_forbidden":
         fields = list(parent.model_fields) if parent is not None else []
         where = _model_label(parent)
-        return f"unknown key {name!r}{where}", _closest(str(name), fields)
+        return f"unknown key {name!r}{where}", closest(str(name), fields)
     if kind == "missing":
         return f"missing required key {name!r}", None
     if kind == "union_tag_invalid":
         got = err.get("ctx", {}).get("tag")
-        return f"unknown step type {got!r} (expected one of {', '.join(STEP_MODELS)})", _closest(
+        return f"unknown step type {got!r} (expected one of {', '.join(STEP_MODELS)})", closest(
             str(got), list(STEP_MODELS)
         )
     if kind == "union_tag_not_found":
@@ -480,7 +484,7 @@ def _describe(err: Any, loc: Loc, models: list[type[BaseModel] | None]) -> tuple
     if kind == "literal_error":
         expected = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
         got = err.get("input")
-        return f"expected one of {', '.join(map(repr, expected))}, got {got!r}", _closest(str(got), expected)
+        return f"expected one of {', '.join(map(repr, expected))}, got {got!r}", closest(str(got), expected)
     message = str(err["msg"])
     message = message[0].lower() + message[1:] if message else message
     message = message.replace("input should be", "expected")
@@ -526,11 +530,6 @@ def _step_hint(loc: Loc, data: Any) -> str:
             if step_id is not None and loc[2:] != ("id",):
                 return f" (step {step_id!r})"
     return ""
-
-
-def _closest(name: str, choices: Sequence[str]) -> str | None:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return close[0] if close else None
 
 
 class WorkflowParser:

@@ -10,13 +10,12 @@ the trigger form shows a date picker.
 from __future__ import annotations
 
 import copy
-import difflib
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
 from typing import Any
 
-from airflow_provider_agentloom.exceptions import StepError
+from airflow_provider_agentloom.exceptions import StepError, closest
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.templates import parse_path
 
@@ -58,13 +57,13 @@ def unknown_keys_message(
         return None
 
     def named(key: str) -> str:
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        return f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
+        close = closest(key, known)
+        return f"{key!r} (did you mean {close!r}?)" if close else repr(key)
 
     if len(unknown) == 1:
+        close = closest(unknown[0], known)
         head = f"Unknown {what} {unknown[0]!r}: the workflow's state has no such key"
-        close = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.6)
-        head += f" (did you mean {close[0]!r}?)" if close else ""
+        head += f" (did you mean {close!r}?)" if close else ""
     else:
         names = ", ".join(named(key) for key in unknown)
         head = f"Unknown {what}s {names}: the workflow's state has no such keys"
