@@ -27,7 +27,7 @@ from airflow_provider_agentloom.workflow.models import (
     SubworkflowStep,
     Workflow,
 )
-from airflow_provider_agentloom.workflow.source import Loc, issue_in
+from airflow_provider_agentloom.workflow.source import Loc, child_place, issue_in
 
 _FALLBACK_TAG_MAX_LEN = 100
 _FALLBACK_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
@@ -218,20 +218,25 @@ def _interval_issues(workflow: Workflow) -> list[ValidationIssue]:
 
 def asset_uri_problem(uri: str) -> str | None:
     """Why Airflow's ``Asset`` refuses ``uri`` (its own rules and its providers' URI checks), or None."""
-    from airflow.sdk import Asset
-
     try:
         if urlsplit(uri).password:
             return (
                 "an asset URI must not carry a password (Airflow would drop it with a warning, and asset "
                 "URIs show in the UI): keep credentials in a connection"
             )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            Asset(name=uri, uri=uri)
+        _quiet_asset(uri)
     except (ValueError, TypeError) as exc:
         return str(exc)
     return None
+
+
+def _quiet_asset(uri: str) -> Any:
+    """Airflow's ``Asset`` of ``uri`` (named by it), built without the warnings it may print."""
+    from airflow.sdk import Asset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Asset(name=uri, uri=uri)
 
 
 def _asset_issues(workflow: Workflow) -> list[ValidationIssue]:
@@ -271,12 +276,8 @@ def _asset_issues(workflow: Workflow) -> list[ValidationIssue]:
 
 def _asset_key(uri: str) -> str:
     """The URI Airflow stores for ``uri`` (normalized), or ``uri`` itself when Airflow refuses it."""
-    from airflow.sdk import Asset
-
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return str(Asset(name=uri, uri=uri).uri)
+        return str(_quiet_asset(uri).uri)
     except (ValueError, TypeError):
         return uri
 
@@ -304,12 +305,9 @@ def _scopes(
     owner = owner or workflow
     yield owner, prefix, workflow
     for index, step in enumerate(workflow.steps):
-        if not isinstance(step, SubworkflowStep) or step._child is None:
-            continue
-        if step.workflow_inline is not None:
-            yield from _scopes(step.child, (*prefix, "steps", index, "workflow_inline"), owner)
-        else:
-            yield from _scopes(step.child, (), step.child)
+        if isinstance(step, SubworkflowStep) and step._child is not None:
+            child_owner, child_prefix = child_place(step, owner, (*prefix, "steps", index))
+            yield from _scopes(step.child, child_prefix, child_owner)
 
 
 # -- the trigger form ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from airflow_provider_agentloom.operators.router import RouterOperator
 from airflow_provider_agentloom.operators.subworkflow import SubworkflowOperator
 from airflow_provider_agentloom.operators.tool import ToolStepOperator
 from airflow_provider_agentloom.workflow.models import StepModel, StepType, SubworkflowStep, Workflow
-from airflow_provider_agentloom.workflow.source import issue_in
+from airflow_provider_agentloom.workflow.source import child_place, issue_in
 
 OPERATORS: dict[StepType, type[AgentLoomStepOperator[Any]]] = {
     StepType.TOOL: ToolStepOperator,
@@ -104,16 +104,8 @@ def _task_ids(workflow: Workflow, owner: Workflow, prefix: Loc, group: str) -> l
         )
         found.append(_Id(task_id, label, group, sub, owner, (*prefix, "steps", index, "id")))
         if isinstance(step, SubworkflowStep):
-            found += _task_ids(step.child, *_child_place(step, owner, (*prefix, "steps", index)), task_id)
+            found += _task_ids(step.child, *child_place(step, owner, (*prefix, "steps", index)), task_id)
     return found
-
-
-def _child_place(step: SubworkflowStep, owner: Workflow, loc: Loc) -> tuple[Workflow, Loc]:
-    """Where a subworkflow's child is written: its own file, or ``workflow_inline`` of ``owner``'s."""
-    child = step.child
-    if child.source_path is not None:
-        return child, ()
-    return owner, (*loc, "workflow_inline")
 
 
 def _issues(workflow: Workflow, owner: Workflow, prefix: Loc) -> list[ValidationIssue]:
@@ -132,7 +124,7 @@ def _issues(workflow: Workflow, owner: Workflow, prefix: Loc) -> list[Validation
                 )
             )
         if isinstance(step, SubworkflowStep):
-            issues += _child_issues(step.child, *_child_place(step, owner, loc))
+            issues += _child_issues(step.child, *child_place(step, owner, loc))
     return issues
 
 

@@ -15,7 +15,7 @@ import yaml
 from airflow_provider_agentloom.exceptions import ValidationIssue
 
 if TYPE_CHECKING:
-    from airflow_provider_agentloom.workflow.models import Workflow
+    from airflow_provider_agentloom.workflow.models import SubworkflowStep, Workflow
 
 Loc = tuple[str | int, ...]
 """A key path inside a file: ``("steps", 2, "retry")``."""
@@ -86,3 +86,12 @@ def source_map_of(workflow: Workflow) -> SourceMap:
 def issue_in(workflow: Workflow, loc: Loc, message: str) -> ValidationIssue:
     """An issue found after loading (by the DAG factory, say), at its file and line when known."""
     return source_map_of(workflow).issue(loc, message)
+
+
+def child_place(step: SubworkflowStep, owner: Workflow, loc: Loc) -> tuple[Workflow, Loc]:
+    """Where subworkflow ``step``'s child is written: its own file (at its top), or the
+    ``workflow_inline`` key of ``owner``'s file, ``loc`` being the step's key path there."""
+    child = step.child
+    if child.source_path is not None:
+        return child, ()
+    return owner, (*loc, "workflow_inline")

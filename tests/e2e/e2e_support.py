@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -36,6 +36,8 @@ import pytest
 from cli_support import is_outside_setting
 
 from airflow_provider_agentloom.serve import stack as serve_stack
+from airflow_provider_agentloom.serve.prepare import free_port
+from airflow_provider_agentloom.serve.stack import Component
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_DAGS = ROOT / "dags"
@@ -83,12 +85,6 @@ def tcp_reachable(host: str, port: int, timeout: float = 2.0) -> bool:
             return True
     except OSError:
         return False
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
@@ -146,18 +142,6 @@ def drop_database(name: str) -> None:
 # Processes
 
 
-@dataclass
-class Component:
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    log_file: IO[bytes]
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-
 def _descendants(pid: int) -> list[Any]:
     import psutil
 
@@ -179,7 +163,7 @@ def stop_components(components: list[Component], grace: float = 25.0) -> list[st
     notes: list[str] = []
     leftovers: list[Any] = []
     for component in components:
-        if component.alive:
+        if component.exit_code is None:
             leftovers.extend(_descendants(component.process.pid))
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(component.process.pid, signal.SIGTERM)
@@ -392,7 +376,7 @@ class AirflowStack:
 
     def check_alive(self) -> None:
         for component in self.components:
-            if not component.alive:
+            if component.exit_code is not None:
                 raise RuntimeError(
                     f"{component.name} exited with {component.process.returncode}:\n{tail(component.log_path)}"
                 )
@@ -497,7 +481,7 @@ class AirflowStack:
         if migrate_log.exists():
             parts.append(f"----- db-migrate (last {lines} lines) -----\n{tail(migrate_log, lines)}")
         for component in self.components:
-            state = "running" if component.alive else f"exited {component.process.returncode}"
+            state = "running" if component.exit_code is None else f"exited {component.process.returncode}"
             parts.append(
                 f"----- {component.name} [{state}] (last {lines} lines) -----\n{tail(component.log_path, lines)}"
             )
