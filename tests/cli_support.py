@@ -21,11 +21,21 @@ def is_outside_setting(name: str) -> bool:
     return name.startswith(_VENDOR_PREFIXES) or "PROXY" in name.upper()
 
 
-def cli_env(home: Path | str, *python_path: Path, **extra: str) -> dict[str, str]:
+WARM_HOMES: set[Path] = set()
+"""The homes whose warm runner a test used: the session stops each of them at its end (conftest)."""
+
+WARM_IDLE_SECONDS = "300"
+"""A test's warm runner stops by itself after this long without a run, even if the session died."""
+
+
+def cli_env(home: Path | str, *python_path: Path, warm: bool = False, **extra: str) -> dict[str, str]:
     """The environment of a CLI process: no Airflow, vendor or proxy settings of ours, loopback only.
 
     :param home: the runner's private Airflow home (``AGENTLOOM_HOME``).
     :param python_path: folders put on ``PYTHONPATH`` (tool modules), before the network guard.
+    :param warm: run through the home's warm runner, as a user's ``agentloom run`` does; by
+        default a test runs in the CLI's own process (``AGENTLOOM_NO_DAEMON``), so that what it
+        checks of that process (signals, what it leaves behind) is about one command alone.
     :param extra: more variables (``OPENAI_BASE_URL``…), set last.
     """
     env = {
@@ -36,6 +46,12 @@ def cli_env(home: Path | str, *python_path: Path, **extra: str) -> dict[str, str
     env["PYTHONPATH"] = os.pathsep.join([*map(str, python_path), str(GUARD_DIR)])
     env["AGENTLOOM_HOME"] = str(home)
     env["AGENTLOOM_AIRFLOW_LOG_LEVEL"] = "INFO"
+    if warm:
+        WARM_HOMES.add(Path(home).resolve())
+        env["AGENTLOOM_RUNNER_IDLE_TIMEOUT"] = WARM_IDLE_SECONDS
+        env.pop("AGENTLOOM_NO_DAEMON", None)
+    else:
+        env["AGENTLOOM_NO_DAEMON"] = "1"
     env.update(extra)
     return env
 

@@ -45,7 +45,14 @@ _FIXED_PLACES_BEFORE = {place for place in _FIXED_PLACES if os.path.lexists(plac
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the session's Airflow home and what the session created in the fixed places."""
+    """Stop the warm runners the session used; remove its Airflow home and what it created in the
+    fixed places."""
+    from cli_support import WARM_HOMES
+
+    from airflow_provider_agentloom.runner.daemon import client
+
+    for home in sorted(WARM_HOMES):
+        client.stop(home)
     for place in [_HOME, *(p for p in _FIXED_PLACES if p not in _FIXED_PLACES_BEFORE)]:
         shutil.rmtree(place, ignore_errors=True)
 

@@ -1,5 +1,9 @@
-"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``visualize``,
-``serve``, ``schema``.
+"""The ``agentloom`` command: ``validate``, ``run``, ``replay``, ``resume``, ``runs``, ``stop``,
+``visualize``, ``serve``, ``schema``.
+
+``run``, ``replay``, ``resume`` and ``runs`` go through the home's warm runner (started on first
+use, see :mod:`..runner.daemon`) unless ``--no-daemon``: the runner's run process executes this
+very module's ``run_cli`` with the client's command line, streams and environment.
 
 Exit codes: 0 success (or paused), 1 failed run or invalid workflow, 2 usage error; a run
 stopped by a signal exits 128 + its number (130 for Ctrl-C, 143 for SIGTERM).
@@ -34,9 +38,15 @@ class UsageError(Exception):
     """Raised for a bad command line; exits 2."""
 
 
+_WARM_COMMANDS = ("run", "replay", "resume", "runs")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``agentloom`` console script."""
-    code = run_cli(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    code = _through_warm_runner(arguments)
+    if code is None:
+        code = run_cli(arguments)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip the interpreter's teardown (seconds of garbage collection once Airflow is loaded).
@@ -74,6 +84,39 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+
+def _through_warm_runner(argv: list[str]) -> int | None:
+    """Run a ``run``/``replay``/``resume``/``runs`` command in the home's warm runner.
+
+    None when the command runs here instead: another command, ``--no-daemon``,
+    ``AGENTLOOM_NO_DAEMON=1``, or ``--help``.
+    """
+    from airflow_provider_agentloom.runner.daemon import client, protocol
+
+    if not argv or argv[0] not in _WARM_COMMANDS or "--no-daemon" in argv:
+        return None
+    if os.environ.get(protocol.NO_DAEMON_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return None
+    if any(arg in ("-h", "--help") for arg in argv):
+        return None
+    home = _home_argument(argv)
+    try:
+        return client.run_command(argv, home if home is not None else client.default_home())
+    except client.RunnerUnavailable as exc:
+        print(f"agentloom: {exc}", file=sys.stderr)
+        _print_failure(argparse.Namespace(json="--json" in argv), str(exc))
+        return EXIT_FAILED
+
+
+def _home_argument(argv: list[str]) -> Path | None:
+    """The ``--home DIR`` of a command line, resolved (argparse reads it the same way later)."""
+    for index, arg in enumerate(argv):
+        if arg == "--home" and index + 1 < len(argv):
+            return Path(argv[index + 1]).expanduser().resolve()
+        if arg.startswith("--home="):
+            return Path(arg.partition("=")[2]).expanduser().resolve()
+    return None
 
 
 def _print_failure(args: argparse.Namespace, error: str) -> None:
@@ -143,13 +186,19 @@ def _parser() -> argparse.ArgumentParser:
         "--reject", nargs="?", const="", metavar="STEP", help="reject the gate (default: the one waiting)"
     )
     resume.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
-    resume.add_argument("--home", metavar="DIR", help="the runner's private Airflow home ($AGENTLOOM_HOME)")
+    _add_home_options(resume)
     resume.set_defaults(handler=_resume)
 
     runs = commands.add_parser("runs", help="list the runs of the runner's home, paused gates included")
     runs.add_argument("--json", action="store_true", help="print the runs as one JSON list")
-    runs.add_argument("--home", metavar="DIR", help="the runner's private Airflow home ($AGENTLOOM_HOME)")
+    _add_home_options(runs)
     runs.set_defaults(handler=_runs)
+
+    stop = commands.add_parser(
+        "stop", help="stop the home's warm runner (it also stops by itself after an idle time)"
+    )
+    stop.add_argument("--home", metavar="DIR", help="the runner's private Airflow home ($AGENTLOOM_HOME)")
+    stop.set_defaults(handler=_stop)
 
     replay = commands.add_parser("replay", help="run offline from a recording, deterministically")
     replay.add_argument("file", metavar="FILE")
@@ -189,7 +238,16 @@ def _add_run_options(command: argparse.ArgumentParser) -> None:
         metavar="MODULE[:ATTR]",
         help="also register the tools of this Python module (or one attribute of it)",
     )
+    _add_home_options(command)
+
+
+def _add_home_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--home", metavar="DIR", help="the runner's private Airflow home ($AGENTLOOM_HOME)")
+    command.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help="run in this process instead of the home's warm runner (also: AGENTLOOM_NO_DAEMON=1)",
+    )
 
 
 def _add_gate_options(command: argparse.ArgumentParser) -> None:
@@ -523,6 +581,21 @@ def _runs(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
+def _stop(args: argparse.Namespace) -> int:
+    """Stop the home's warm runner (its runs in progress end first)."""
+    from airflow_provider_agentloom.runner.daemon import client
+
+    home = Path(args.home).expanduser().resolve() if args.home else client.default_home()
+    reply = client.stop(home)
+    if reply is None:
+        print(f"No warm runner runs for {home}.")
+    else:
+        runs = int(reply.get("runs") or 0)
+        after = f" after its {runs} run(s) in progress" if runs else ""
+        print(f"Stopped the warm runner of {home}{after}.")
     return EXIT_OK
 
 

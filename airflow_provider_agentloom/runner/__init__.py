@@ -10,13 +10,14 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.runner.interrupts import RunInterrupted
-from airflow_provider_agentloom.tools.base import BaseTool
-from airflow_provider_agentloom.workflow.models import Workflow
-from airflow_provider_agentloom.workflow.parser import load_workflow
-from airflow_provider_agentloom.workflow.results import RunResult
+
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.tools.base import BaseTool
+    from airflow_provider_agentloom.workflow.models import Workflow
+    from airflow_provider_agentloom.workflow.results import RunResult
 
 __all__ = ["RunInterrupted", "run_workflow"]
 
@@ -58,6 +59,8 @@ def run_workflow(
         ``KeyboardInterrupt`` at once.
     """
     from airflow_provider_agentloom.runner.home import prepare_home
+    from airflow_provider_agentloom.workflow.models import Workflow
+    from airflow_provider_agentloom.workflow.parser import load_workflow
 
     _quiet_known_warnings()
     embedded = prepare_home(Path(home) if home is not None else None)

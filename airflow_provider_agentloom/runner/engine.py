@@ -35,9 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.operators.context import WorkflowRunContext
 from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
-from airflow_provider_agentloom.runner.processes import ApiServer, TaskProcess, TaskProcesses
+from airflow_provider_agentloom.runner.processes import (
+    ApiServer,
+    TaskProcess,
+    TaskProcesses,
+    api_server_for_run,
+)
 from airflow_provider_agentloom.runner.results import ProgressCallback, RunResultCollector
 from airflow_provider_agentloom.runner.runs import RunLedger, RunOwner, fail_dag_run, home_lock
+from airflow_provider_agentloom.runner.warmup import warm_task_path
 from airflow_provider_agentloom.workflow.results import RunResult
 
 if TYPE_CHECKING:
@@ -112,7 +118,8 @@ class DagRunDriver:
         started = time.monotonic()
         _CURRENT.clear()
         _CURRENT[self.dag.dag_id] = self.dag
-        api = ApiServer.start(self.supervisor_log)  # builds its routes while we write the run
+        api = api_server_for_run(self.supervisor_log)  # a new one builds its routes while we write the run
+        warm_task_path()  # what every task would import or build alone, once, before the forks
         tasks = TaskProcesses(api, Path(self.home.stub.name), BUNDLE_NAME, self.supervisor_log)
         session = settings.Session()  # type: ignore[misc]  # configured by Airflow's import
         guard = InterruptGuard(lambda: _kill_now(tasks, api), self.stop)
@@ -239,7 +246,7 @@ class DagRunDriver:
             if waiting and self._answer_gates(session, waiting, tasks):
                 continue
             if tasks.running:
-                time.sleep(_POLL_SECONDS)
+                tasks.wait_for_an_end(_POLL_SECONDS)
                 continue
             if waiting:
                 return True

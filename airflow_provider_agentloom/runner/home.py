@@ -68,15 +68,20 @@ def default_home() -> Path:
     return (Path(cache) / "agentloom" / "airflow-home").resolve()
 
 
-def prepare_home(root: Path | None = None) -> EmbeddedHome:
-    """Create the home's folders, point Airflow at it, and migrate its database if needed."""
+def prepare_home(root: Path | None = None, *, migrate: bool = True) -> EmbeddedHome:
+    """Create the home's folders, point Airflow at it, and migrate its database if needed.
+
+    :param migrate: False leaves the migration to a later :func:`migrate_once` (the warm runner
+        starts its API server first, which builds its routes meanwhile).
+    """
     home = EmbeddedHome((root or default_home()).resolve())
     home.dags_folder.mkdir(parents=True, exist_ok=True)
     home.logs.mkdir(parents=True, exist_ok=True)
     if not home.stub.exists() or home.stub.read_text() != _STUB:
         write_atomically(home.stub, _STUB)  # a task of another run may be reading it
     _configure_environment(home)
-    _migrate_once(home)
+    if migrate:
+        migrate_once(home)
     return home
 
 
@@ -138,17 +143,63 @@ def write_atomically(path: Path, text: str, *, mode: int = 0o644, replace: bool 
             temporary.unlink()
 
 
-def _migrate_once(home: EmbeddedHome) -> None:
+def migrate_once(home: EmbeddedHome) -> None:
+    """Create the home's database on first use: a copy of the user's template, else a migration.
+
+    Migrating a new SQLite database takes Airflow 3-12 s here; what it writes is the same for
+    every home of one Airflow version (the schema, the default pool, the log templates), so the
+    first home migrates and keeps a copy as the template of the next ones
+    (``$AGENTLOOM_TEMPLATES``, default ``$XDG_CACHE_HOME/agentloom/templates``).
+    """
     from importlib.metadata import version
 
-    marker = home.root / f".migrated-{version('apache-airflow-core')}"
+    airflow_version = version("apache-airflow-core")
+    marker = home.root / f".migrated-{airflow_version}"
     if marker.exists():
         return
     with open(home.root / ".migrate.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.exists():
             return
-        from airflow.utils import db
+        template = _template_database(airflow_version)
+        if not home.database.exists() and template is not None and template.is_file():
+            _copy_database(template, home.database)
+        else:
+            from airflow.utils import db
 
-        db.initdb()
+            db.initdb()
+            if template is not None and not template.exists():
+                _keep_template(home.database, template)
         marker.write_text("ok\n")
+
+
+def _template_database(airflow_version: str) -> Path | None:
+    folder = os.environ.get("AGENTLOOM_TEMPLATES")
+    if folder is None:
+        cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        folder = str(Path(cache) / "agentloom" / "templates")
+    if not folder:
+        return None  # AGENTLOOM_TEMPLATES="" switches the template off
+    return Path(folder).expanduser() / f"airflow-{airflow_version}.db"
+
+
+def _copy_database(source: Path, target: Path) -> None:
+    """Copy a SQLite database through SQLite's own backup (never a half-written file)."""
+    import sqlite3
+
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(temporary)) as dst,
+    ):
+        src.backup(dst)
+    os.replace(temporary, target)
+
+
+def _keep_template(database: Path, template: Path) -> None:
+    """Keep a copy of a freshly migrated database as the template (best effort)."""
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        _copy_database(database, template)
+    except OSError:
+        pass  # a read-only cache: every new home migrates, as before

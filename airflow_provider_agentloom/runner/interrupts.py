@@ -14,9 +14,10 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_agentloom.workflow.results import RunResult
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.workflow.results import RunResult
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

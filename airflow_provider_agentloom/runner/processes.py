@@ -54,6 +54,17 @@ class ApiServerError(RuntimeError):
     """Raised when the Execution API server ends, or is not ready in time."""
 
 
+SHARED_API_SERVER: ApiServer | None = None
+"""Set by the warm runner (:mod:`.daemon`) before it forks a run: the runs use its server."""
+
+
+def api_server_for_run(log_file: Path | None) -> ApiServer:
+    """The warm runner's shared server when there is one, else a new server forked for this run."""
+    if SHARED_API_SERVER is not None:
+        return SHARED_API_SERVER
+    return ApiServer.start(log_file)
+
+
 def _prctl(option: int, value: int) -> None:
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: a libc without prctl (not Linux)
         _linux.prctl(option, value)
@@ -102,6 +113,8 @@ class ApiServer:
     log_file: Path | None = None
     ready: bool = False
     reaped: bool = False
+    shared: bool = False
+    """A warm runner's server, serving every run it forks: a run neither stops nor kills it."""
 
     @property
     def url(self) -> str:
@@ -134,6 +147,22 @@ class ApiServer:
         sock.close()
         return cls(pid=pid, port=port, ready_fd=read_fd, log_file=log_file)
 
+    def alive(self) -> bool:
+        """Whether the server process still runs (reaps it when it has ended)."""
+        if self.reaped:
+            return False
+        try:
+            done, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # not our child (a forked run asks): it is alive if it exists
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return False
+            return True
+        if done:
+            self.reaped = True
+        return not done
+
     def wait_ready(self, timeout: float, *, stop: Any = None) -> None:
         """Block until the server has built its routes; raise :class:`ApiServerError` if it cannot.
 
@@ -155,8 +184,8 @@ class ApiServer:
                 self.ready = True
 
     def kill(self) -> None:
-        """SIGKILL the server unless it was already reaped (safe in a signal handler)."""
-        if not self.reaped:
+        """SIGKILL the server unless it was already reaped or is shared (safe in a signal handler)."""
+        if not self.reaped and not self.shared:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
 
@@ -166,7 +195,7 @@ class ApiServer:
         It is killed outright: every task has ended by now, each request it served was committed,
         and uvicorn's graceful shutdown would wait seconds for idle keep-alive connections.
         """
-        if self.reaped:
+        if self.reaped or self.shared:
             return
         self.kill()
         with contextlib.suppress(ChildProcessError):
@@ -212,12 +241,44 @@ def _serve_installed_api_version_only() -> bool:  # pragma: no cover - runs in t
     return True
 
 
+def _execution_app() -> Any:  # pragma: no cover - runs in the child
+    """The Execution API app alone, mounted at ``/execution`` as Airflow's api-server mounts it.
+
+    Airflow's ``create_app(apps="execution")`` also imports the whole public API and UI modules
+    (about half of a server's start-up) to serve none of them; this builds only the Execution
+    API app, with the same ``dag_bag`` state, and runs its lifespan as the api-server's own
+    lifespan does for its mounted apps. Any surprise falls back to ``create_app``.
+    """
+    try:
+        from contextlib import asynccontextmanager
+
+        from airflow.api_fastapi.common.dagbag import create_dag_bag
+        from airflow.api_fastapi.execution_api.app import create_task_execution_api_app
+        from fastapi import FastAPI
+
+        execution = create_task_execution_api_app()
+        execution.state.dag_bag = create_dag_bag()
+
+        @asynccontextmanager
+        async def lifespan(app: Any) -> Any:
+            async with execution.router.lifespan_context(execution):
+                yield
+
+        app = FastAPI(lifespan=lifespan)
+        app.mount("/execution", execution)
+        return app
+    except Exception:
+        log.debug("Building the Execution API through create_app", exc_info=True)
+        from airflow.api_fastapi.app import create_app
+
+        return create_app(apps="execution")
+
+
 def _serve(sock: socket.socket, port: int, ready_fd: int) -> None:  # pragma: no cover - runs in the child
     import uvicorn
-    from airflow.api_fastapi.app import create_app
 
     _serve_installed_api_version_only()
-    app = create_app(apps="execution")
+    app = _execution_app()
     server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on", access_log=False))
 
     def warm_up() -> None:
@@ -314,6 +375,19 @@ class TaskProcesses:
         # Never block on it: a process the task forked may still hold the pipe's other end.
         os.set_blocking(read_fd, False)
         self.running[pid] = TaskProcess(ti.key, read_fd)
+
+    def wait_for_an_end(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds, waking as soon as a supervisor ends.
+
+        A supervisor's end closes its start-up pipe (the task it forked has ended before it),
+        so the next step can be scheduled at once rather than at the next poll.
+        """
+        fds = [process.reason_fd for process in self.running.values()]
+        if not fds:
+            time.sleep(timeout)
+            return
+        with contextlib.suppress(OSError, ValueError):
+            select.select(fds, [], [], timeout)
 
     def reap(self) -> list[tuple[TaskProcess, int]]:
         """Return ``(process, exit_code)`` for every supervisor that has ended."""

@@ -38,10 +38,19 @@ class CliRun:
     """
 
     def __init__(
-        self, *args: str, home: Path, cwd: Path, python_path: tuple[Path, ...] = (), marker: str | None = None
+        self,
+        *args: str,
+        home: Path,
+        cwd: Path,
+        python_path: tuple[Path, ...] = (),
+        marker: str | None = None,
+        warm: bool = False,
+        sweep: bool = True,
+        **extra: str,
     ) -> None:
+        self.sweep = sweep  # False: the test kills what carries the marker itself (a warm runner it shares)
         self.marker = marker or new_marker()
-        env = cli_env(home, *python_path, **{MARKER_VARIABLE: self.marker})
+        env = cli_env(home, *python_path, warm=warm, **{MARKER_VARIABLE: self.marker, **extra})
         self.process = subprocess.Popen(
             [*CLI, *args],
             cwd=cwd,
@@ -79,7 +88,8 @@ class CliRun:
         if self.process.poll() is None:
             self.process.kill()
             self.process.communicate()
-        kill_marked(self.marker)
+        if self.sweep:
+            kill_marked(self.marker)
 
 
 def home_rows(home: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:

@@ -1,0 +1,221 @@
+"""The client side of the warm runner: find the home's runner (or start it) and hand it a command.
+
+Standard library only, and nothing heavy imported: a warm ``agentloom run`` costs this module,
+one socket round trip and the run itself. The client stays in the foreground for the whole run:
+it forwards the signals it gets to its run process, and exits with the run's exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from airflow_provider_agentloom.runner.daemon import protocol
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_START_SECONDS = 120.0  # the launcher returns once the runner holds its socket: about 0.1 s
+_ATTEMPTS = 3
+
+
+class RunnerUnavailable(RuntimeError):
+    """Raised when the home's runner cannot be started or ended before answering."""
+
+
+def default_home() -> Path:
+    """The home ``agentloom`` uses without ``--home`` (the same rule as :func:`..home.default_home`)."""
+    explicit = os.environ.get("AGENTLOOM_HOME")
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return (Path(cache) / "agentloom" / "airflow-home").resolve()
+
+
+def connect(home: Path) -> socket.socket | None:
+    """A connection to the home's runner, or None when none runs."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(protocol.address(home))
+    except (ConnectionRefusedError, FileNotFoundError):
+        sock.close()
+        return None
+    return sock
+
+
+def run_command(argv: Sequence[str], home: Path) -> int:
+    """Run one ``agentloom`` command in the home's warm runner; return its exit code."""
+    fingerprint = protocol.fingerprint()
+    problem = "the warm runner kept reporting another version; try `agentloom stop`"
+    for _ in range(_ATTEMPTS):
+        sock = connect_or_start(home)
+        with contextlib.closing(sock), _standard_streams() as fds:
+            request = {
+                "op": "run",
+                "fingerprint": fingerprint,
+                "argv": list(argv),
+                "cwd": os.getcwd(),
+                "env": dict(os.environ),
+            }
+            try:
+                protocol.send(sock, request, fds)
+                reply, _ = protocol.receive(sock)
+            except (OSError, protocol.ProtocolError):
+                # It stopped (idle, stale, killed) as this request arrived: a new one is started.
+                problem = _ended_message(home, "before the run started")
+                continue
+            if reply.get("stale"):
+                continue  # it was started from another version, and has retired: start a fresh one
+            if "pid" not in reply:
+                raise RunnerUnavailable(f"the warm runner refused the run: {reply.get('error', reply)}")
+            with _forwarding_signals(int(reply["pid"])):
+                try:
+                    ended, _ = protocol.receive(sock)
+                except (OSError, protocol.ProtocolError):
+                    raise RunnerUnavailable(_ended_message(home, "during the run")) from None
+            return int(ended.get("exit", 1))
+    raise RunnerUnavailable(problem)
+
+
+def connect_or_start(home: Path) -> socket.socket:
+    """Connect to the home's runner, starting one first if none runs (one at a time per home)."""
+    sock = connect(home)
+    if sock is not None:
+        return sock
+    folder = protocol.runner_folder(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "start.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two first runs: the second finds the first one's runner
+        sock = connect(home)
+        if sock is not None:
+            return sock
+        _launch(home)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            sock = connect(home)
+            if sock is not None:
+                return sock
+            time.sleep(0.02)
+    raise RunnerUnavailable(_ended_message(home, "at start-up"))
+
+
+def _launch(home: Path) -> None:
+    """Start the home's runner; return once it holds the home's socket (or another one does)."""
+    command = [sys.executable, "-m", "airflow_provider_agentloom.runner.daemon", "--home", str(home)]
+    try:
+        code = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=_START_SECONDS,
+            check=False,
+        ).returncode
+    except subprocess.TimeoutExpired:
+        raise RunnerUnavailable(
+            f"the warm runner of {home} did not start in {_START_SECONDS:.0f} s"
+        ) from None
+    if code not in (0, 3):
+        raise RunnerUnavailable(_ended_message(home, "at start-up"))
+
+
+def request(home: Path, operation: str) -> dict[str, Any] | None:
+    """Send ``status`` or ``stop`` to the home's runner; None when none runs."""
+    sock = connect(home)
+    if sock is None:
+        return None
+    with contextlib.closing(sock):
+        try:
+            protocol.send(sock, {"op": operation})
+            reply, _ = protocol.receive(sock)
+        except (OSError, protocol.ProtocolError):
+            return None
+    return reply
+
+
+def stop(home: Path, *, wait: float = 60.0) -> dict[str, Any] | None:
+    """Ask the home's runner to stop; wait until it has (at most ``wait`` s). None: none ran."""
+    reply = request(home, "stop")
+    if reply is None:
+        return None
+    pid = int(reply.get("pid") or 0) or _runner_pid(home)
+    deadline = time.monotonic() + wait
+    while pid and time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    return reply
+
+
+def _runner_pid(home: Path) -> int:
+    import json
+
+    with contextlib.suppress(OSError, ValueError):
+        return int(json.loads((protocol.runner_folder(home) / "runner.json").read_text())["pid"])
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return True
+
+
+def _ended_message(home: Path, when: str) -> str:
+    log_file = protocol.runner_folder(home) / "runner.log"
+    tail = ""
+    with contextlib.suppress(OSError):
+        lines = [line for line in log_file.read_text(errors="replace").splitlines() if line.strip()]
+        tail = f": {lines[-1].strip()}" if lines else ""
+    return f"the warm runner of {home} ended {when} (see {log_file}{tail}); --no-daemon runs without it"
+
+
+@contextlib.contextmanager
+def _standard_streams() -> Iterator[list[int]]:
+    """This process's standard input, output and error (``/dev/null`` for a closed one)."""
+    opened: list[int] = []
+    fds = []
+    for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+            fds.append(fd)
+        except OSError:
+            null = os.open(os.devnull, mode)
+            opened.append(null)
+            fds.append(null)
+    try:
+        yield fds
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _forwarding_signals(pid: int) -> Iterator[None]:
+    """Pass Ctrl-C, SIGTERM and SIGHUP on to the run process, which stops the run as usual."""
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+    # A signal this process ignores (``nohup``) is not passed on: the run goes on, as without a runner.
+    wanted = [signum for signum in _FORWARDED if signal.getsignal(signum) is not signal.SIG_IGN]
+    previous = {signum: signal.signal(signum, forward) for signum in wanted}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

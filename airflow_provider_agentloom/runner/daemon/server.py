@@ -1,0 +1,397 @@
+"""The warm runner: one long-lived process per home that runs ``agentloom run`` commands fast.
+
+A cold ``agentloom run`` spends seconds before its first step: importing Airflow, building the
+Execution API server's routes, loading what each task process loads. The warm runner pays that
+once, then serves run after run, the way ``dmypy`` or Gradle's daemon serve builds:
+
+- it is started by the first ``agentloom run`` of a home (:mod:`.client`), and reused by the
+  next ones; it stops after ``$AGENTLOOM_RUNNER_IDLE_TIMEOUT`` seconds without a run (900 by
+  default), on ``agentloom stop``, or when a client of another version finds it stale;
+- it keeps one Execution API server running, and, for each run, **forks a run process** from
+  its warm, single-threaded state. That process takes over the client's standard input, output
+  and error, working directory, environment and command line, and runs the very same CLI code as
+  ``agentloom run --no-daemon`` would: the same ``DagRunDriver``, the same real task processes
+  under Airflow's supervisor, the same retries and timeouts. Runs do not share any state but
+  the database, exactly as concurrent ``--no-daemon`` runs on one home;
+- signals the client receives (Ctrl-C, ``kill``) are forwarded to its run process, and a
+  client that goes away hangs its run up (SIGHUP: the run stops in order);
+- no process outlives it: its API server and each run process die with it (parent death
+  signal), and each run's steps die with their run. A run it was driving when it was killed is
+  marked failed by the next run on the home (the run ledger, :mod:`..runs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_agentloom.runner.daemon import protocol
+
+
+def _say(message: str) -> None:
+    """One line of the runner's own log (its standard error is ``<home>/runner/runner.log``)."""
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {message}", file=sys.stderr, flush=True)
+
+
+_ACCEPT_POLL_SECONDS = 0.5
+_REQUEST_SECONDS = 30.0
+
+
+class RunnerBusy(Exception):
+    """Raised at start-up when another runner already serves the home."""
+
+
+class WarmRunner:
+    """The runner process of one home (see the module doc).
+
+    :param home: the runner's private Airflow home.
+    :param idle_timeout: seconds without a run before it stops (``0``: never).
+    """
+
+    def __init__(self, home: Path, idle_timeout: float) -> None:
+        self.home = home
+        self.folder = protocol.runner_folder(home)
+        self.idle_timeout = idle_timeout
+        self.fingerprint = protocol.fingerprint()
+        self.children: dict[int, float] = {}
+        self.retiring = False
+        self._listener: socket.socket | None = None
+        self._lock_file: Any = None
+        self._last_activity = time.monotonic()
+        self._api: Any = None
+
+    # -- start-up ------------------------------------------------------------------------------
+
+    def claim(self) -> None:
+        """Take the home's runner lock and socket name, or raise :class:`RunnerBusy`."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(self.folder / "runner.lock", "a")  # noqa: SIM115  (held for life)
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunnerBusy(str(self.home)) from None
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(protocol.address(self.home))
+        except OSError:
+            listener.close()
+            raise RunnerBusy(str(self.home)) from None
+        listener.listen(64)
+        self._listener = listener
+        (self.folder / "runner.json").write_text(
+            json.dumps(
+                {"pid": os.getpid(), "fingerprint": self.fingerprint, "started": time.time()},
+            )
+        )
+
+    def warm_up(self) -> None:
+        """Import and configure Airflow on the home, start the API server, load the task path."""
+        from airflow_provider_agentloom.runner import _quiet_known_warnings, processes
+        from airflow_provider_agentloom.runner.home import prepare_home
+        from airflow_provider_agentloom.runner.warmup import warm_task_path
+
+        _quiet_known_warnings()
+        embedded = prepare_home(self.home, migrate=False)
+        import airflow.settings  # noqa: F401  (configures the ORM on the home before the fork)
+
+        # Forked first: it builds its routes (seconds of CPU) while this process migrates.
+        api = processes.ApiServer.start(embedded.logs / "supervisors.log")
+        self._api = api
+        from airflow_provider_agentloom.runner.home import migrate_once
+
+        migrate_once(embedded)
+        warm_task_path()
+        import airflow_provider_agentloom.cli
+        import airflow_provider_agentloom.dag_factory
+        import airflow_provider_agentloom.runner.engine  # noqa: F401
+
+        api.wait_ready(300.0)
+        api.shared = True
+        processes.SHARED_API_SERVER = api
+        _forget_database_connections()
+        gc.collect()
+        gc.freeze()  # the forks share this heap and skip collecting it
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Accept requests until idle, stopped, or retired and without runs."""
+        assert self._listener is not None
+        self._last_activity = time.monotonic()  # the warm-up is not idle time
+        while True:
+            self._reap()
+            if self._api is not None and not self._api.alive():
+                _say("The Execution API server ended: the runner stops")
+                self.retire()
+            if self.retiring and not self.children:
+                return
+            listener = self._listener
+            if listener is None:
+                time.sleep(_ACCEPT_POLL_SECONDS)
+                continue
+            readable, _, _ = select.select([listener], [], [], _ACCEPT_POLL_SECONDS)
+            if readable:
+                with contextlib.suppress(OSError):
+                    connection, _ = listener.accept()
+                    self._handle(connection)
+            elif self._idle_for() >= self.idle_timeout > 0:
+                # Nobody is waiting (a client that connects now is refused, and starts a new runner).
+                _say(f"No run for {self.idle_timeout:.0f} s: the runner stops")
+                return
+
+    def _idle_for(self) -> float:
+        return 0.0 if self.children else time.monotonic() - self._last_activity
+
+    def _handle(self, connection: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            connection.settimeout(_REQUEST_SECONDS)
+            if protocol.peer_uid(connection) != os.getuid():
+                return
+            request, fds = protocol.receive(connection, with_fds=3)
+            connection.settimeout(None)
+            self._last_activity = time.monotonic()
+            operation = request.get("op")
+            if operation == "status":
+                protocol.send(connection, self.status())
+            elif operation == "stop":
+                protocol.send(connection, {"stopping": True, "pid": os.getpid(), "runs": len(self.children)})
+                self.retire()
+            elif operation == "run":
+                if request.get("fingerprint") != self.fingerprint:
+                    self.retire()  # first: the client's fresh runner can take the name at once
+                    protocol.send(connection, {"stale": True})
+                elif self.retiring:
+                    protocol.send(connection, {"stale": True})
+                else:
+                    self._fork_run(connection, request, fds)
+            else:
+                protocol.send(connection, {"error": f"unknown request {operation!r}"})
+        except (OSError, protocol.ProtocolError) as exc:
+            _say(f"A request could not be read: {exc}")
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            connection.close()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "home": str(self.home),
+            "runs": len(self.children),
+            "idle_seconds": round(self._idle_for(), 1),
+            "idle_timeout": self.idle_timeout,
+            "fingerprint": self.fingerprint,
+        }
+
+    def retire(self) -> None:
+        """Stop taking requests and give the home's name and lock to the next runner."""
+        if self.retiring:
+            return
+        self.retiring = True
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def _reap(self) -> None:
+        for pid in list(self.children):
+            with contextlib.suppress(ChildProcessError):
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if not done:
+                    continue
+            self.children.pop(pid, None)
+            self._last_activity = time.monotonic()
+
+    def _fork_run(self, connection: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the forked run process
+            code = 1
+            try:
+                code = _run_in_child(self, connection, request, fds)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        self.children[pid] = time.monotonic()
+
+    # -- the end -----------------------------------------------------------------------------------
+
+    def shut_down(self) -> None:
+        """Stop the API server and every run process; leave no file but the log."""
+        self.retire()
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGHUP)  # each run stops in order and marks itself failed
+        deadline = time.monotonic() + 30
+        while self.children and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.05)
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self._api is not None:
+            self._api.shared = False
+            self._api.stop()
+        with contextlib.suppress(OSError):
+            info = json.loads((self.folder / "runner.json").read_text())
+            if info.get("pid") == os.getpid():
+                (self.folder / "runner.json").unlink()
+
+
+def _forget_database_connections() -> None:
+    """Close the pooled connections: each forked run opens its own (SQLite handles do not fork)."""
+    with contextlib.suppress(Exception):
+        from airflow import settings
+
+        if settings.Session is not None:
+            settings.Session.remove()
+        if settings.engine is not None:
+            settings.engine.dispose()
+
+
+def _run_in_child(
+    runner: WarmRunner, connection: socket.socket, request: dict[str, Any], fds: list[int]
+) -> int:  # pragma: no cover - runs in the forked run process
+    """Become the client's ``agentloom`` process for one command and run it; return 0."""
+    from airflow_provider_agentloom.runner.processes import _set_parent_death_signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    _set_parent_death_signal(signal.SIGKILL)  # the runner was killed: so is its run
+    if runner._listener is not None:
+        runner._listener.close()
+    if runner._lock_file is not None:
+        runner._lock_file.close()
+    os.setpgid(0, 0)
+    _forget_database_connections()
+    _take_over(request, fds)
+    protocol.send(connection, {"pid": os.getpid()})
+    finished = threading.Event()
+    threading.Thread(target=_hang_up_when_client_leaves, args=(connection, finished), daemon=True).start()
+
+    from airflow_provider_agentloom.cli import run_cli
+
+    code = run_cli(list(request.get("argv") or []))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    finished.set()
+    with contextlib.suppress(OSError):
+        protocol.send(connection, {"exit": code})
+    return 0
+
+
+def _take_over(request: dict[str, Any], fds: list[int]) -> None:  # pragma: no cover - in the run process
+    """Use the client's standard streams, directory, environment and import path."""
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(str(request.get("cwd") or "/"))
+    home_settings = {key: value for key, value in os.environ.items() if key.startswith("AIRFLOW")}
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in dict(request.get("env") or {}).items()})
+    os.environ.update(home_settings)  # the runner's home, whatever the client's shell says
+    for entry in reversed(str(os.environ.get("PYTHONPATH", "")).split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
+    sys.argv = ["agentloom", *list(request.get("argv") or [])]
+
+
+def _hang_up_when_client_leaves(connection: socket.socket, finished: threading.Event) -> None:
+    """A client that goes away (killed, its terminal closed) hangs up its run: it stops in order."""
+    with contextlib.suppress(OSError):
+        while connection.recv(4096):
+            pass
+    if not finished.is_set():
+        os.kill(os.getpid(), signal.SIGHUP)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m airflow_provider_agentloom.runner.daemon --home DIR``: start a home's runner.
+
+    The process forks: the parent exits as soon as the runner holds the home's lock and socket
+    (0), or finds another runner there (3); the runner goes on in a session of its own.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="agentloom-runner")
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--idle-timeout", type=float, default=None)
+    args = parser.parse_args(argv)
+    home = Path(args.home).resolve()
+    idle = protocol.idle_timeout() if args.idle_timeout is None else max(0.0, args.idle_timeout)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_fd)
+        answer = os.read(read_fd, 16)
+        return {b"ok": 0, b"busy": 3}.get(answer, 1)
+    os.close(read_fd)
+    os.setsid()
+    runner = WarmRunner(home, idle)
+    try:
+        runner.claim()
+    except RunnerBusy:
+        os.write(write_fd, b"busy")
+        os._exit(0)
+    except BaseException as exc:
+        os.write(write_fd, f"failed: {exc}".encode()[:16])
+        os._exit(1)
+    _log_to(runner.folder / "runner.log")
+    os.write(write_fd, b"ok")
+    os.close(write_fd)
+    code = 0
+    try:
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(signum, _stop_on_signal)
+        _say(f"Warm runner starting on {home}")
+        runner.warm_up()
+        _say("Warm runner ready")
+        runner.serve()
+    except _Stop:
+        pass
+    except BaseException:
+        import traceback
+
+        _say("The warm runner failed:")
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            runner.shut_down()
+    os._exit(code)
+
+
+class _Stop(Exception):
+    """Raised in the runner's loop by SIGTERM, SIGHUP or SIGINT."""
+
+
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    raise _Stop
+
+
+def _log_to(path: Path) -> None:
+    """The runner's own output (and its API server's start-up errors) go to its log."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.close(null)
