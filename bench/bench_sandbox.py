@@ -31,10 +31,10 @@ from contract import figure, write_json
 
 from airflow_provider_agentloom.tools.sandbox import SandboxViolationError, ToolSandbox
 
-# Bounds on check / floor, set from this machine's figures (0.01-0.08, 1.3-1.6, 0.2-0.96) with
-# headroom: a command check stays a small part of starting the command, a path check about one
+# Bounds on check / floor, set from this machine's figures (0.01-0.08, 1.2-1.9, 0.3-1.6; load 1-5)
+# with headroom: a command check stays a small part of starting the command, a path check about one
 # realpath, a network check about one loopback connect. Not goals of issue 10.
-GOALS = {"validate_command": 0.15, "validate_path": 2.5, "validate_network": 1.5}
+GOALS = {"validate_command": 0.15, "validate_path": 2.5, "validate_network": 2.0}
 FLOORS = {
     "validate_command": "bare `sh -c` of the same command",
     "validate_path": "os.path.realpath of the same path",

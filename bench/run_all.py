@@ -70,6 +70,7 @@ GOALS = {
 }
 SUITE_LIMIT_S = 480.0  # goal 2 is a wall time: shown in the summary, never checked by --check
 SUITE_FIGURE = "test suite wall time"
+LEFT_OUT = "left out of this run (--only/--skip)"
 
 
 @dataclass
@@ -328,7 +329,7 @@ def _verdict(outcome: Outcome) -> str:
 
 def _suite_row(outcome: Outcome | None) -> tuple[str, str]:
     if outcome is None or not outcome.ran:
-        return "—", f"not measured: {outcome.reason if outcome else 'not selected'}"
+        return "—", f"not measured: {outcome.reason if outcome else LEFT_OUT}"
     wall = next((f for f in outcome.figures if f.name == SUITE_FIGURE), None)
     if wall is None:
         return _figure_summary(outcome.figures), _verdict(outcome)
@@ -381,7 +382,7 @@ def render(outcomes: list[Outcome], info: dict[str, str], quick: bool, seconds: 
         if number == 2:
             text, verdict = _suite_row(outcome)
         elif outcome is None:
-            text, verdict = "—", "not measured: not selected"
+            text, verdict = "—", f"not measured: {LEFT_OUT}"
         else:
             text, verdict = _figure_summary(outcome.figures) if outcome.ran else "—", _verdict(outcome)
         lines.append(

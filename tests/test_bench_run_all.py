@@ -145,7 +145,7 @@ def test_the_page_has_the_header_the_goal_summary_and_one_table_per_benchmark(tm
     assert "| 3. Parse" in page
     assert "warm / dag-factory: 0.25 (≤ 0.33); warm / floor: 1.3 (≤ 1.2) | missed (1 of 2) |" in page
     assert "| 4. Per-task" in page
-    assert "not measured: not selected" in page
+    assert "not measured: left out of this run (--only/--skip)" in page
     assert (
         "| `bench/bench_gateway.py` | 1 ratios; closest to its goal: gateway / bare: 1.1 (≤ 1.35) | met (1 of 1) |"
         in page
