@@ -3,7 +3,8 @@
 Usage (from the repository root)::
 
     .venv/bin/python bench/bench_gateway.py            # 2000 calls per variant
-    .venv/bin/python bench/bench_gateway.py -n 500 --otel --json
+    .venv/bin/python bench/bench_gateway.py -n 500 --otel --raw
+    .venv/bin/python bench/bench_gateway.py --quick --json /tmp/gateway.json   # the CI ratio guard
 
 The server (an OpenAI-style ``/v1/chat/completions`` stub on 127.0.0.1) runs in a child process,
 so the client's CPU time is the client's alone. Every variant uses the same ``httpx.AsyncClient``
@@ -11,7 +12,8 @@ so the client's CPU time is the client's alone. Every variant uses the same ``ht
 replies, streamed replies) run interleaved, call by call, in one event loop, after a warm-up; each
 reports the median and p90 wall time per call and the client CPU time per call. "Overhead" is a
 variant's median minus the baseline of its group. A third group, without HTTP, compares the
-gateway over a MockProvider with the MockProvider alone: the gateway's own cost.
+gateway over a MockProvider with the MockProvider alone: the gateway's own cost. ``--json PATH``
+writes each variant beside its group's baseline (``bench/contract.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "llm")]
 
+from contract import figure, write_json  # noqa: E402
+
 from airflow_provider_agentloom.llm.gateway import ProviderGateway  # noqa: E402
 from airflow_provider_agentloom.llm.mock import MockProvider  # noqa: E402
 from airflow_provider_agentloom.llm.openai import OpenAIProvider  # noqa: E402
@@ -43,6 +47,15 @@ PROMPT = "Summarise the plot of Hamlet in one sentence."
 REPLY_TEXT = "A Danish prince avenges his father's murder, and nearly everyone dies."
 
 Call = Callable[[], Awaitable[Any]]
+
+# Bounds on variant / baseline (client CPU per call), set from this machine's runs (1.07-1.11,
+# 1.15-1.20, 1.19-1.23, 2.3-2.4 with no-op telemetry) with headroom. Not goals of issue 10.
+GOALS = {
+    "OpenAIProvider.complete": 1.25,
+    "ProviderGateway.complete": 1.35,
+    "ProviderGateway.stream": 1.35,
+    "ProviderGateway(mock).complete": 3.0,
+}
 
 
 def serve() -> None:
@@ -191,12 +204,40 @@ def configure_otel() -> None:
     configure_telemetry(TracerProvider(), MeterProvider(metric_readers=[InMemoryMetricReader()]))
 
 
+def baseline_of(name: str) -> str:
+    """The baseline variant of ``name``'s group."""
+    if "ock" in name:
+        return "MockProvider.complete"
+    return "bare httpx stream" if "stream" in name else "bare httpx complete"
+
+
+def figures(results: dict[str, dict[str, float]], calls: int, otel: bool) -> list[dict[str, Any]]:
+    """Client CPU per call beside the baseline's: the server shares the machine's two cores, so under
+    load the wall medians swing with its scheduling (the streamed ratio read 1.15-1.53 within minutes)
+    while the client's CPU time is our code's cost alone."""
+    telemetry = "OpenTelemetry SDK in memory" if otel else "no-op telemetry"
+    rows = []
+    for name, stats in results.items():
+        if name not in GOALS:
+            continue
+        base = results[baseline_of(name)]
+        rows.append(
+            figure(
+                f"{name} (client CPU)",
+                stats["cpu_ms_per_call"],
+                "ms/call",
+                f"{baseline_of(name)} (client CPU)",
+                base["cpu_ms_per_call"],
+                goal=GOALS[name],
+                goal_op="<=",
+                note=f"{calls} interleaved calls, {telemetry}; wall median {stats['median_ms']:.3f} vs "
+                f"{base['median_ms']:.3f} ms ({stats['median_ms'] / base['median_ms']:.2f}x)",
+            )
+        )
+    return rows
+
+
 def report(results: dict[str, dict[str, float]], calls: int, otel: bool) -> str:
-    baselines = {
-        "complete": results["bare httpx complete"],
-        "stream": results["bare httpx stream"],
-        "mock": results["MockProvider.complete"],
-    }
     lines = [
         f"{calls} calls per variant, interleaved; Python {platform.python_version()}, "
         f"httpx {httpx.__version__}, telemetry {'OpenTelemetry SDK (in-memory)' if otel else 'no-op API'}",
@@ -205,7 +246,7 @@ def report(results: dict[str, dict[str, float]], calls: int, otel: bool) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, stats in results.items():
-        base = baselines["mock" if "ock" in name else "stream" if "stream" in name else "complete"]
+        base = results[baseline_of(name)]
         overhead = stats["median_ms"] - base["median_ms"]
         ratio = stats["median_ms"] / base["median_ms"]
         lines.append(
@@ -220,9 +261,13 @@ def main() -> None:
     parser.add_argument("-n", "--calls", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--otel", action="store_true", help="configure the OpenTelemetry SDK (in-memory)")
-    parser.add_argument("--json", action="store_true", help="print the raw figures as JSON too")
+    parser.add_argument("--raw", action="store_true", help="print the raw figures as JSON too")
+    parser.add_argument("--json", metavar="PATH", help="write the figures in bench/contract.py's form")
+    parser.add_argument("--quick", action="store_true", help="300 calls, 30 warm-up (the CI ratio guard)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.calls, args.warmup = 300, 30
     if args.serve:
         serve()
         return
@@ -239,8 +284,15 @@ def main() -> None:
         child.terminate()
         child.wait(timeout=10)
     print(report(results, args.calls, args.otel))
-    if args.json:
+    if args.raw:
         print(json.dumps(results, indent=2))
+    if args.json:
+        details = (
+            "Client CPU time per call, because the loopback server shares the two cores and under load "
+            "the wall medians swing with its scheduling. The bounds are set from this machine's runs, "
+            "not goals of issue 10."
+        )
+        write_json(args.json, "gateway", figures(results, args.calls, args.otel), details)
 
 
 if __name__ == "__main__":
