@@ -23,6 +23,9 @@ TESTS = Path(__file__).resolve().parent
 _HOME = Path(tempfile.mkdtemp(prefix="agentloom-test-home-"))
 os.environ["AGENTLOOM_HOME"] = str(_HOME)
 os.environ["AGENTLOOM_AIRFLOW_LOG_LEVEL"] = "INFO"  # task logs in dag.test() tests keep INFO lines
+# The Python API runs in the test's process (its monkeypatches and network guard apply), unless
+# a test asks for the warm runner (daemon=True); CLI processes choose through cli_env(warm=...).
+os.environ["AGENTLOOM_NO_DAEMON"] = "1"
 for _name in [n for n in os.environ if n.startswith("AIRFLOW")]:
     del os.environ[_name]
 

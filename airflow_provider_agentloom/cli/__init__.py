@@ -418,6 +418,7 @@ def _execute(
                 ask=ask,
                 resume_run_id=resume_run_id,
                 record=record,
+                daemon=False,  # this process is the run process (or --no-daemon was asked)
             )
             code = EXIT_OK if result.status.value in ("success", "paused") else EXIT_FAILED
         except RunInterrupted as interrupted:

@@ -6,6 +6,7 @@ second execution engine.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.workflow.results import RunResult
 
 __all__ = ["RunInterrupted", "run_workflow"]
+
+log = logging.getLogger(__name__)
 
 
 def run_workflow(
@@ -36,6 +39,7 @@ def run_workflow(
     ask: Any = None,
     resume_run_id: str | None = None,
     record: Mapping[str, Any] | None = None,
+    daemon: bool | None = None,
 ) -> RunResult:
     """Run a workflow through Airflow in this process and return its result.
 
@@ -53,17 +57,57 @@ def run_workflow(
     :param record: what the home's run history keeps of the run (``agentloom runs``/``resume``).
     :param stop: set this event (from another thread) to stop the run as Ctrl-C does; then
         :class:`RunInterrupted` is raised, its result's error saying ``Run cancelled``.
+    :param daemon: run in the home's warm runner (started on first use, see
+        :mod:`.daemon`) rather than in this process. By default it does, unless
+        ``AGENTLOOM_NO_DAEMON=1`` or the arguments cannot be sent there (a tool defined inside a
+        function or in ``__main__``, a stream to another file descriptor): then it runs here.
+        The runner also serves a process whose Airflow is configured on another database.
     :raises RunInterrupted: (a ``KeyboardInterrupt``) when Ctrl-C, SIGTERM or SIGHUP stopped
         the run: its steps' processes were killed, the DAG run was marked failed, and the
         exception's ``result`` is the failed run's result. A second signal raises a plain
         ``KeyboardInterrupt`` at once.
     """
-    from airflow_provider_agentloom.runner.home import prepare_home
+    if _use_runner(daemon):
+        from airflow_provider_agentloom.runner.daemon import client, remote
+
+        root = Path(home).expanduser().resolve() if home is not None else client.default_home()
+        arguments = {
+            "workflow": workflow if not isinstance(workflow, os.PathLike) else os.fspath(workflow),
+            "tools": list(tools),
+            "state": dict(state) if state is not None else None,
+            "home": str(root),
+            "working_dir": os.fspath(working_dir) if working_dir is not None else None,
+            "on_progress": on_progress,
+            "run_context_options": run_context_options,
+            "stop": stop,
+            "answers": dict(answers) if answers is not None else None,
+            "ask": ask,
+            "resume_run_id": resume_run_id,
+            "record": dict(record) if record is not None else None,
+        }
+        try:
+            return remote.call_in_runner(root, arguments)  # type: ignore[no-any-return]
+        except remote.Unshippable as exc:
+            if daemon:
+                raise ValueError(f"this run cannot go to the warm runner: {exc}") from None
+            log.debug("Running in this process: %s", exc)
+            not_shipped = str(exc)
+    else:
+        not_shipped = ""
+
+    from airflow_provider_agentloom.runner.home import HomeConflictError, prepare_home
     from airflow_provider_agentloom.workflow.models import Workflow
     from airflow_provider_agentloom.workflow.parser import load_workflow
 
     _quiet_known_warnings()
-    embedded = prepare_home(Path(home) if home is not None else None)
+    try:
+        embedded = prepare_home(Path(home) if home is not None else None)
+    except HomeConflictError as exc:
+        if not not_shipped:
+            raise
+        raise HomeConflictError(
+            f"{exc}; the warm runner could not take this run either: {not_shipped}"
+        ) from None
     model = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
 
     from airflow_provider_agentloom.dag_factory import build_dag
@@ -90,6 +134,14 @@ def run_workflow(
         record=record,
     )
     return driver.run()
+
+
+def _use_runner(daemon: bool | None) -> bool:
+    if daemon is not None:
+        return daemon
+    from airflow_provider_agentloom.runner.daemon.protocol import NO_DAEMON_ENV
+
+    return os.environ.get(NO_DAEMON_ENV, "").strip().lower() not in ("1", "true", "yes")
 
 
 def _run_context_of(dag: Any, workflow: Workflow) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import reprlib
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -97,6 +98,44 @@ class FunctionTool(BaseTool):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped function directly, so a decorated function stays usable in Python."""
         return self.func(*args, **kwargs)
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        """Pickle a decorated module-level function by name, as pickle does plain functions.
+
+        ``@tool`` puts this object where the function's name was, so pickle's own lookup of the
+        function finds this tool instead; the warm runner receives a run's tools pickled.
+        """
+        module_name = getattr(self.func, "__module__", "") or ""
+        qualname = getattr(self.func, "__qualname__", "")
+        if module_name == "__main__":
+            raise TypeError(f"the tool {self.name!r} is defined in __main__: no other process can import it")
+        module = sys.modules.get(module_name)
+        if module is not None and "<locals>" not in qualname and _lookup(module, qualname) is self:
+            return (_tool_named, (module.__name__, qualname))
+        return (_function_tool, (self.func, self.name, self.description, self.parameters_schema))
+
+
+def _lookup(module: Any, qualname: str) -> Any:
+    target = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def _function_tool(
+    func: Callable[..., Any], name: str, description: str, parameters_schema: JSONSchema
+) -> FunctionTool:
+    return FunctionTool(func, name=name, description=description, parameters_schema=parameters_schema)
+
+
+def _tool_named(module_name: str, qualname: str) -> Any:
+    """Unpickle a ``@tool`` by its module and name."""
+    import importlib
+
+    found = _lookup(importlib.import_module(module_name), qualname)
+    if not isinstance(found, BaseTool):
+        raise LookupError(f"{module_name}.{qualname} is not a tool here")
+    return found
 
 
 def json_schema_for(annotation: Any) -> JSONSchema:

@@ -11,9 +11,12 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+from cli_support import cli_env
 from process_support import is_gone, kill_marked, new_marker, processes_with, wait_for_processes
 from runner_support import CliRun, run_states, wait_for
 
@@ -173,5 +176,88 @@ def test_no_daemon_runs_in_the_calling_process_and_starts_no_runner(tmp_path: Pa
         assert not (home / "runner" / "runner.json").exists()
         assert client.connect(home) is None
         assert processes_with(marker) == []
+    finally:
+        _stop_and_check_nothing_left(home, marker)
+
+
+CALLER = """
+import json, os, sys
+sys.path.insert(0, os.environ["TOOLS_DIR"])
+from airflow_provider_agentloom.dag_factory import build_dag  # Airflow is now configured elsewhere
+import anyio
+from airflow_provider_agentloom import WorkflowEngine, WorkflowParser, run_workflow
+from airflow_provider_agentloom.runner.home import HomeConflictError
+from airflow_provider_agentloom.tools import ToolRegistry, tool
+from airflow_provider_agentloom.tools.builtins import register_builtins
+import shout  # a module the runner can import too
+
+events = []
+result = run_workflow("flow.yaml", home=os.environ["RUN_HOME"], tools=[shout.shout],
+                      on_progress=lambda step, event: events.append([step.step_id, event]))
+workflow = WorkflowParser.from_yaml(open("flow.yaml").read())
+registry = ToolRegistry()
+register_builtins(registry)
+registry.register(shout.shout)
+engine = anyio.run(WorkflowEngine(workflow=workflow, tool_registry=registry, home=os.environ["RUN_HOME"]).run)
+
+@tool(name="local", description="defined in __main__: the runner cannot import it")
+def local() -> str:
+    return "x"
+
+try:
+    run_workflow("flow.yaml", home=os.environ["RUN_HOME"], tools=[local])
+    refused = None
+except HomeConflictError as exc:
+    refused = str(exc)
+print(json.dumps({"status": result.status.value, "loud": result.final_state.get("loud"), "events": events,
+                  "engine": engine.status.value, "engine_loud": engine.final_state.get("loud"),
+                  "refused": refused}))
+"""
+
+SHOUT = """
+from airflow_provider_agentloom.tools import tool
+
+@tool(name="shout", description="upper-cases its text")
+def shout(text: str) -> str:
+    return text.upper()
+"""
+
+
+def test_the_python_api_runs_in_the_runner_even_where_airflow_is_configured_elsewhere(tmp_path: Path) -> None:
+    home, marker = tmp_path / "home", new_marker()
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "shout.py").write_text(SHOUT)
+    (tmp_path / "flow.yaml").write_text(
+        TWO_STEPS + "  - {id: loud, type: tool, depends_on: [again], tool_name: shout,"
+        " tool_args: {text: '{state.said.stdout}'}, output: loud}\n"
+    )
+    env = cli_env(
+        home,
+        warm=True,
+        AIRFLOW_HOME=str(tmp_path / "elsewhere"),
+        RUN_HOME=str(home),
+        TOOLS_DIR=str(tmp_path / "tools"),
+        AGENTLOOM_TEST_MARKER=marker,
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", CALLER],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        assert report["status"] == "success"
+        assert report["engine"] == "success"
+        assert report["loud"] == report["engine_loud"] == "HELLO\n"
+        assert [step for step, event in report["events"] if event == "done"] == ["hello", "again", "loud"]
+        # A tool the runner cannot import runs here, where Airflow is someone else's: refused clearly.
+        assert "already configured" in (report["refused"] or "")
+        assert "defined in __main__" in (report["refused"] or "")
+        assert _starts(home) == 1
     finally:
         _stop_and_check_nothing_left(home, marker)

@@ -163,16 +163,16 @@ class WarmRunner:
             connection.settimeout(None)
             self._last_activity = time.monotonic()
             operation = request.get("op")
-            if operation == "status":
+            if "fingerprint" in request and request["fingerprint"] != self.fingerprint:
+                self.retire()  # first: the client's fresh runner can take the name at once
+                protocol.send(connection, {"stale": True})
+            elif operation == "status":
                 protocol.send(connection, self.status())
             elif operation == "stop":
                 protocol.send(connection, {"stopping": True, "pid": os.getpid(), "runs": len(self.children)})
                 self.retire()
-            elif operation == "run":
-                if request.get("fingerprint") != self.fingerprint:
-                    self.retire()  # first: the client's fresh runner can take the name at once
-                    protocol.send(connection, {"stale": True})
-                elif self.retiring:
+            elif operation in ("run", "call"):
+                if self.retiring:
                     protocol.send(connection, {"stale": True})
                 else:
                     self._fork_run(connection, request, fds)
@@ -282,6 +282,13 @@ def _run_in_child(
     os.setpgid(0, 0)
     _forget_database_connections()
     _take_over(request, fds)
+    if request.get("op") == "call":
+        from airflow_provider_agentloom.runner.daemon.remote import serve_call
+
+        serve_call(connection, request)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return 0
     protocol.send(connection, {"pid": os.getpid()})
     finished = threading.Event()
     threading.Thread(target=_hang_up_when_client_leaves, args=(connection, finished), daemon=True).start()
@@ -307,7 +314,8 @@ def _take_over(request: dict[str, Any], fds: list[int]) -> None:  # pragma: no c
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in dict(request.get("env") or {}).items()})
     os.environ.update(home_settings)  # the runner's home, whatever the client's shell says
-    for entry in reversed(str(os.environ.get("PYTHONPATH", "")).split(os.pathsep)):
+    entries = [*str(os.environ.get("PYTHONPATH", "")).split(os.pathsep), *list(request.get("path") or [])]
+    for entry in reversed(entries):
         if entry and entry not in sys.path:
             sys.path.insert(0, entry)
     sys.argv = ["agentloom", *list(request.get("argv") or [])]
