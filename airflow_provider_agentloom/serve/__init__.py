@@ -8,6 +8,7 @@ hang-up (clean stop, exit 0) or until a component dies (its log's tail, the rest
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -94,6 +95,8 @@ def serve(options: ServeOptions, cwd: Path) -> int:
         _say(f"Starting Airflow {version('apache-airflow-core')} ({', '.join(COMPONENTS)}) for {dags} ...")
         stack.start()
         shown_db = _hide_password(database) if database else str(home.database)
+        runner_home = (Path(options.home).expanduser() if options.home else default_home()).resolve()
+        runner_started = _keep_runner_warm(runner_home)
         lines = [
             f"  Login:       {prepare.USER} / {password}",
             f"  DAGs folder: {dags} (loader: {loader.name}; new files appear within about 10 s)",
@@ -101,10 +104,35 @@ def serve(options: ServeOptions, cwd: Path) -> int:
             f"  Tool steps run in: {env['AIRFLOW__AGENTLOOM__WORKING_DIR']}",
             f"  Logs:        {stack.logs} (components), {home.logs} (tasks)",
         ]
-        return _watch(stack, signals, started, "\n".join(lines))
+        if runner_started is not None:
+            lines.append(f"  Warm runner: `agentloom run` is served warm while this runs ({runner_home})")
+        try:
+            return _watch(stack, signals, started, "\n".join(lines))
+        finally:
+            if runner_started:
+                from airflow_provider_agentloom.runner.daemon import client
+
+                client.stop(runner_home, wait=STOP_GRACE_SECONDS)
     except BaseException:
         stack.stop(0, lambda: True)
         raise
+
+
+def _keep_runner_warm(runner_home: Path) -> bool | None:
+    """Keep the warm runner of ``agentloom run``'s home up while serving (no idle timeout).
+
+    True when serve started it (and stops it at the end), False when one already ran, None when
+    ``AGENTLOOM_NO_DAEMON`` is set or it could not start (``agentloom run`` then starts its own).
+    """
+    from airflow_provider_agentloom.runner.daemon import client, protocol
+
+    if os.environ.get(protocol.NO_DAEMON_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return None
+    try:
+        return client.ensure_running(runner_home, idle_timeout=0)
+    except client.RunnerUnavailable as exc:
+        _say(f"The warm runner did not start ({exc})")
+        return None
 
 
 def _migrate(stack: Stack, home: ServeHome, database: str | None, signals: _Signals) -> bool:

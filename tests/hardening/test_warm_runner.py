@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_support import cli_env
 from process_support import is_gone, kill_marked, new_marker, processes_with, wait_for_processes
 from runner_support import CliRun, run_states, wait_for
@@ -258,6 +259,27 @@ def test_the_python_api_runs_in_the_runner_even_where_airflow_is_configured_else
         # A tool the runner cannot import runs here, where Airflow is someone else's: refused clearly.
         assert "already configured" in (report["refused"] or "")
         assert "defined in __main__" in (report["refused"] or "")
+        assert _starts(home) == 1
+    finally:
+        _stop_and_check_nothing_left(home, marker)
+
+
+def test_a_runner_kept_warm_as_serve_keeps_it_has_no_idle_timeout_and_serves_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "flow.yaml").write_text(TWO_STEPS)
+    home, marker = tmp_path / "home", new_marker()
+    # The runner inherits this process's environment: make it the CLI's (the same Airflow settings).
+    for name in list(os.environ):
+        monkeypatch.delenv(name)
+    for name, value in cli_env(home, warm=True, AGENTLOOM_TEST_MARKER=marker).items():
+        monkeypatch.setenv(name, value)
+    try:
+        assert client.ensure_running(home, idle_timeout=0) is True
+        assert client.ensure_running(home, idle_timeout=0) is False
+        with _run(tmp_path, home, marker) as cli:
+            _finished(cli)
+        assert _status(home)["idle_timeout"] == 0
         assert _starts(home) == 1
     finally:
         _stop_and_check_nothing_left(home, marker)

@@ -107,9 +107,32 @@ def connect_or_start(home: Path) -> socket.socket:
     raise RunnerUnavailable(_ended_message(home, "at start-up"))
 
 
-def _launch(home: Path) -> None:
+def ensure_running(home: Path, *, idle_timeout: float | None = None) -> bool:
+    """Start the home's runner unless one runs; True when this call started it.
+
+    It warms up in the background (``agentloom serve`` keeps one, with no idle timeout).
+    """
+    sock = connect(home)
+    if sock is not None:
+        sock.close()
+        return False
+    folder = protocol.runner_folder(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "start.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sock = connect(home)
+        if sock is not None:
+            sock.close()
+            return False
+        _launch(home, idle_timeout)
+    return True
+
+
+def _launch(home: Path, idle_timeout: float | None = None) -> None:
     """Start the home's runner; return once it holds the home's socket (or another one does)."""
     command = [sys.executable, "-m", "airflow_provider_agentloom.runner.daemon", "--home", str(home)]
+    if idle_timeout is not None:
+        command += ["--idle-timeout", str(idle_timeout)]
     try:
         code = subprocess.run(
             command,
