@@ -56,6 +56,10 @@ log = logging.getLogger(__name__)
 BUNDLE_NAME = "dags-folder"
 _CURRENT: dict[str, DAG] = {}
 _POLL_SECONDS = 0.05
+# While steps run, the run's state changes only when one of them ends, which wakes the loop at
+# once (its supervisor's pipe closes): polling the database in between took a core of a 2-core
+# machine away from the steps. The wait is bounded for a step's descendant that keeps the pipe.
+_RUNNING_WAIT_SECONDS = 1.0
 _SWEEP_SECONDS = 1.0  # how often the HITL timeout sweep runs while other steps run
 _API_READY_SECONDS = 300.0  # building the API's routes takes ~3 s idle, 15 s and more on a busy machine
 
@@ -246,7 +250,7 @@ class DagRunDriver:
             if waiting and self._answer_gates(session, waiting, tasks):
                 continue
             if tasks.running:
-                tasks.wait_for_an_end(_POLL_SECONDS)
+                tasks.wait_for_an_end(_RUNNING_WAIT_SECONDS)
                 continue
             if waiting:
                 return True
