@@ -376,18 +376,20 @@ class TaskProcesses:
         os.set_blocking(read_fd, False)
         self.running[pid] = TaskProcess(ti.key, read_fd)
 
-    def wait_for_an_end(self, timeout: float) -> None:
-        """Sleep up to ``timeout`` seconds, waking as soon as a supervisor ends.
+    def wait_for_an_end(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking as soon as a supervisor ends; True if one did.
 
-        A supervisor's end closes its start-up pipe (the task it forked has ended before it),
-        so the next step can be scheduled at once rather than at the next poll.
+        A supervisor's end closes its start-up pipe (the task it forked has ended before it).
         """
         fds = [process.reason_fd for process in self.running.values()]
         if not fds:
             time.sleep(timeout)
-            return
-        with contextlib.suppress(OSError, ValueError):
-            select.select(fds, [], [], timeout)
+            return False
+        try:
+            readable, _, _ = select.select(fds, [], [], timeout)
+        except (OSError, ValueError):
+            return True  # a pipe was closed meanwhile: look again
+        return bool(readable)
 
     def reap(self) -> list[tuple[TaskProcess, int]]:
         """Return ``(process, exit_code)`` for every supervisor that has ended."""
