@@ -2,29 +2,33 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError
-from airflow_provider_agentloom.operators.approval import ApprovalGateOperator
-from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.context import RESERVED_CHILD_IDS, safe_id
-from airflow_provider_agentloom.operators.llm import AgentOperator, LLMCallOperator
-from airflow_provider_agentloom.operators.router import RouterOperator
-from airflow_provider_agentloom.operators.subworkflow import SubworkflowOperator
-from airflow_provider_agentloom.operators.tool import ToolStepOperator
 from airflow_provider_agentloom.workflow.models import StepModel, StepType, SubworkflowStep, Workflow
 from airflow_provider_agentloom.workflow.source import child_place, issue_in
 
-OPERATORS: dict[StepType, type[AgentLoomStepOperator[Any]]] = {
-    StepType.TOOL: ToolStepOperator,
-    StepType.LLM_CALL: LLMCallOperator,
-    StepType.AGENT: AgentOperator,
-    StepType.ROUTER: RouterOperator,
-    StepType.SUBWORKFLOW: SubworkflowOperator,
-    StepType.APPROVAL_GATE: ApprovalGateOperator,
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
+
+_PACKAGE = "airflow_provider_agentloom.operators"
+OPERATORS: dict[StepType, str] = {
+    StepType.TOOL: f"{_PACKAGE}.tool.ToolStepOperator",
+    StepType.LLM_CALL: f"{_PACKAGE}.llm.LLMCallOperator",
+    StepType.AGENT: f"{_PACKAGE}.llm.AgentOperator",
+    StepType.ROUTER: f"{_PACKAGE}.router.RouterOperator",
+    StepType.SUBWORKFLOW: f"{_PACKAGE}.subworkflow.SubworkflowOperator",
+    StepType.APPROVAL_GATE: f"{_PACKAGE}.approval.ApprovalGateOperator",
 }
-"""The operator class of each step type that can run (a subworkflow's is the task of its result)."""
+"""The operator class of each step type that can run (a subworkflow's is the task of its result).
+
+Named, not imported: a dag-processor child imports only the operators its file's steps use (the
+approval operator alone pulls in Airflow's human-in-the-loop modules).
+"""
 
 Loc = tuple[str | int, ...]
 
@@ -149,4 +153,10 @@ def _child_issues(child: Workflow, owner: Workflow, prefix: Loc) -> list[Validat
 
 def operator_for(step: StepModel) -> type[AgentLoomStepOperator[Any]]:
     """Return the operator class for ``step``'s type (``check_supported`` has passed)."""
-    return OPERATORS[StepType(step.type)]
+    return _operator_class(OPERATORS[StepType(step.type)])
+
+
+@functools.cache
+def _operator_class(path: str) -> type[AgentLoomStepOperator[Any]]:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]

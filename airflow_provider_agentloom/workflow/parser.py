@@ -62,6 +62,7 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
 
     deadline: Deadline | None = None
     _mappings = 0
+    _built: set[int]
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         self._mappings += 1
@@ -81,6 +82,72 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+    def resolve(self, kind: type[yaml.Node], value: str | None, implicit: tuple[bool, bool]) -> str:
+        """The tag of an untagged node; a plain scalar's is remembered by its text (keys and values repeat).
+
+        Without path resolvers (this loader has none) a plain scalar's tag depends on its text alone.
+        """
+        if kind is yaml.ScalarNode and implicit[0] and value is not None:
+            tag = _PLAIN_TAGS.get(value)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)
+                if len(value) <= 100 and len(_PLAIN_TAGS) < 10_000:
+                    _PLAIN_TAGS[value] = tag
+            return tag
+        return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
+
+    def construct_tree(self, node: yaml.Node) -> Any:
+        """Build a tree of plain nodes directly, as ``construct_document`` would, in a third of its time.
+
+        Plain means: mappings, lists and scalars of the core tags, each mapping or list written once
+        (no alias repeats it), no merge keys, no repeated keys. Anything else raises
+        :class:`_NotPlain` before a value escapes, and the caller builds the document the usual way
+        (which also makes the usual error). Called only on a document of bounded depth.
+        """
+        kind = type(node)
+        if kind is yaml.ScalarNode:
+            if node.tag == _STR_TAG:
+                return node.value
+            construct = _SCALAR_CONSTRUCTORS.get(node.tag)
+            if construct is None:
+                raise _NotPlain
+            return construct(self, node)
+        if id(node) in self._built:
+            raise _NotPlain
+        self._built.add(id(node))
+        if kind is yaml.SequenceNode and node.tag == _SEQ_TAG:
+            return [self.construct_tree(item) for item in node.value]
+        if kind is not yaml.MappingNode or node.tag != _MAP_TAG:
+            raise _NotPlain
+        self._mappings += 1
+        if self.deadline is not None and self._mappings % 1024 == 0:
+            self.deadline.check("constructing the YAML")
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if type(key_node) is not yaml.ScalarNode or key_node.tag == _MERGE_TAG:
+                raise _NotPlain
+            key = self.construct_tree(key_node)
+            if key in mapping:
+                raise _NotPlain
+            mapping[key] = self.construct_tree(value_node)
+        return mapping
+
+
+assert not _StrictLoader.yaml_path_resolvers, "the tags of plain scalars are cached by text alone"
+_PLAIN_TAGS: dict[str, str] = {}
+
+
+class _NotPlain(Exception):
+    """The document is not a plain tree: build it with ``construct_document``."""
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_TREE_DEPTH = 100
+"""Deepest document :meth:`_StrictLoader.construct_tree` builds (it recurses; the default limit is 64)."""
 
 
 def _checked(construct: Any) -> Any:
@@ -103,6 +170,12 @@ for _tag, _construct in (
     ("tag:yaml.org,2002:timestamp", _BaseLoader.construct_yaml_timestamp),
 ):
     _StrictLoader.add_constructor(_tag, _checked(_construct))
+
+_SCALAR_CONSTRUCTORS: dict[str, Any] = {
+    f"tag:yaml.org,2002:{name}": _StrictLoader.yaml_constructors[f"tag:yaml.org,2002:{name}"]
+    for name in ("null", "bool", "int", "float", "binary", "timestamp")
+}
+"""The scalar tags :meth:`_StrictLoader.construct_tree` builds (with the checks above), besides ``str``."""
 
 
 def _snippet(node: yaml.Node) -> str:
@@ -138,9 +211,15 @@ def _load_yaml(text: str, source: str, budget: Budget, depth_offset: int = 0) ->
         node = loader.get_single_node()
         if node is None:
             return None
-        check_nodes(node, budget, source, depth_offset)
+        depth = check_nodes(node, budget, source, depth_offset)
         budget.deadline.check("reading the YAML")
         loader.deadline = budget.deadline
+        if depth - depth_offset <= _TREE_DEPTH:
+            try:
+                loader._built = set()
+                return loader.construct_tree(node)
+            except _NotPlain:
+                pass
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -11,11 +11,17 @@ templates, limits) stays ``agentloom validate``'s job. Nothing here imports Airf
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from airflow_provider_agentloom.workflow import models
 from airflow_provider_agentloom.workflow.models import STEP_MODELS, Workflow
 
 SCHEMA_ID = (
@@ -39,6 +45,7 @@ _DESCRIPTION = (
 
 def workflow_schema() -> dict[str, Any]:
     """Return the JSON Schema (draft 2020-12) of a workflow file."""
+    _document_fields()
     schema = Workflow.model_json_schema(mode="validation")
     definitions: dict[str, Any] = schema["$defs"]
     for name, model in STEP_MODELS.items():
@@ -61,6 +68,55 @@ def workflow_schema() -> dict[str, Any]:
 def schema_text() -> str:
     """Return :func:`workflow_schema` as the JSON text of the published file."""
     return json.dumps(workflow_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+_documented = False
+
+
+def _document_fields() -> None:
+    """Give each model field the docstring written under it, as the schema's descriptions.
+
+    What pydantic's ``use_attribute_docstrings`` does at class creation, done only here: the models
+    leave it off because reading their source costs every process that imports them. A field takes
+    the docstring of the class that declares it; one with an explicit ``description`` keeps it.
+    """
+    global _documented
+    if _documented:
+        return
+    classes = [
+        value
+        for value in vars(models).values()
+        if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == models.__name__
+    ]
+    docs = {cls: _attribute_docstrings(cls) for cls in classes}
+    for cls in classes:
+        for name, field in cls.model_fields.items():
+            owner = next(
+                (base for base in cls.__mro__ if name in vars(base).get("__annotations__", {})), None
+            )
+            if field.description is None and owner in docs and name in docs[owner]:
+                field.description = docs[owner][name]
+    for cls in classes:  # in source order: a model is rebuilt after the models it holds
+        cls.model_rebuild(force=True)
+    Workflow.model_rebuild(force=True)  # it holds SubworkflowStep, which holds it: once more, complete
+    _documented = True
+
+
+def _attribute_docstrings(cls: type) -> dict[str, str]:
+    """The string literal right under each annotated attribute of ``cls``'s own body."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    assert isinstance(body, ast.ClassDef)
+    found: dict[str, str] = {}
+    for node, after in zip(body.body, body.body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            found[node.target.id] = inspect.cleandoc(after.value.value)
+    return found
 
 
 def _tidy(node: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,52 @@ def test_an_attachment_type_given_as_a_mapping_is_reported() -> None:
         WorkflowValidationError, match=r":6: steps\[0\]\.attachments\[0\]\.type: expected one of 'image'"
     ):
         parse_workflow_text(text, "f.yaml")
+
+
+TREE_CASES = [
+    "a: 1\nb: [x, 'y', 2.5, .inf, -0x1F, 0o17, 1_000, true, no, ~, null, '']\nc: {d: 2026-01-02, e: 2026-01-02 03:04:05}",
+    "k: !!str 12\nl: !!int '7'\nm: !!float 1\nn: !!binary aGk=",
+    "base: &b {x: 1, y: [1, 2]}\nuse: *b\nagain: *b",  # a shared mapping: the usual constructor
+    "base: &b {x: 1}\nmerged: {<<: *b, y: 2}",  # a merge key
+    "s: &s text\nt: *s\nu: [*s, *s]",  # a shared scalar: still a tree
+    "? [1, 2]\n: v",  # an unhashable key: the usual error
+    "a: 1\na: 2",  # a repeated key: the usual error
+    "x: !!set {a, b}\ny: !!omap [{a: 1}]",
+    "1: one\n2.5: two\ntrue: three\n~: four\n2026-01-02: five",
+    "deep: " + "[" * 60 + "]" * 60,
+    "",
+    "just a string",
+]
+
+
+@pytest.mark.parametrize("text", TREE_CASES)
+def test_the_direct_tree_builder_reads_yaml_as_the_usual_constructor(text: str) -> None:
+    """``construct_tree`` (the fast path) gives the value, or the error, ``construct_document`` gives."""
+    import yaml
+
+    from airflow_provider_agentloom.workflow import parser
+    from airflow_provider_agentloom.workflow.limits import DEFAULT_LIMITS, Budget
+
+    def usual() -> object:
+        loader = parser._StrictLoader(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+
+    try:
+        expected: object = usual()
+    except yaml.YAMLError as exc:
+        with pytest.raises(WorkflowValidationError, match=re.escape(str(exc.problem))):  # type: ignore[attr-defined]
+            parser._load_yaml(text, "t.yaml", Budget.start(DEFAULT_LIMITS, "t.yaml"))
+        return
+    got = parser._load_yaml(text, "t.yaml", Budget.start(DEFAULT_LIMITS, "t.yaml"))
+    assert got == expected
+    assert repr(got) == repr(expected)  # the same types too (1 and 1.0 and True compare equal)
+
+
+def test_the_direct_tree_builder_keeps_the_line_of_a_value_python_refuses() -> None:
+    with pytest.raises(
+        WorkflowValidationError, match=r"t\.yaml:2: YAML error: cannot read the value '2026-02-30'"
+    ):
+        parse_workflow_text("name: x\nwhen: 2026-02-30\nsteps: []\n", "t.yaml")
