@@ -9,6 +9,9 @@ fails later in Airflow. Nothing here imports Airflow.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import sys
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -28,9 +31,11 @@ DB_INT_MAX = 2**31 - 1
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", populate_by_name=True, allow_inf_nan=False, use_attribute_docstrings=True
-    )
+    # Each field's description is its attribute docstring (the JSON Schema shows it), set by
+    # _describe_own_fields from one parse of this file before any schema is built (defer_build).
+    # Not pydantic's use_attribute_docstrings: per class, it walks the whole call stack and scans
+    # every loaded module, ~0.1 s per import in an Airflow task process, which imports this anew.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False, defer_build=True)
 
 
 class StepType(StrEnum):
@@ -669,6 +674,64 @@ class Workflow(_Strict):
 
 StepModel = LLMCallStep | AgentStep | ToolStep | RouterStep | SubworkflowStep | ApprovalGateStep
 
+
+def _attribute_docstrings(source: str) -> dict[str, dict[str, str]]:
+    """Per top-level class, its attribute docstrings (a string after ``name: type``), as pydantic reads them.
+
+    ``source`` is this module's text; nested classes and functions are not looked into.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        docs: dict[str, str] = {}
+        target: str | None = None
+        previous: ast.stmt | None = None
+        for statement in node.body:
+            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                target = statement.target.id
+            elif (
+                isinstance(statement, ast.Expr)
+                and isinstance(statement.value, ast.Constant)
+                and isinstance(statement.value.value, str)
+                and isinstance(previous, ast.AnnAssign)
+            ):
+                if target:
+                    docs[target] = inspect.cleandoc(statement.value.value)
+                target = None
+            previous = statement
+        found[node.name] = docs
+    return found
+
+
+def _describe_fields(models: list[type[BaseModel]], docs: dict[str, dict[str, str]]) -> None:
+    """Give each field of ``models`` its attribute docstring in ``docs`` as description, unless it has one.
+
+    A field takes the docstring written where it is declared (the first class of the MRO that
+    annotates it), as pydantic's ``use_attribute_docstrings`` does for inherited fields. The models
+    must not have built their schemas yet (``defer_build``).
+    """
+    for model in models:
+        for name, field in model.model_fields.items():
+            owners = (klass for klass in model.__mro__ if name in klass.__dict__.get("__annotations__", {}))
+            owner = next(owners, None)
+            doc = docs.get(owner.__name__, {}).get(name) if owner is not None else None
+            if field.description is None and doc:
+                field.description = doc
+
+
+def _describe_own_fields() -> None:
+    try:
+        docs = _attribute_docstrings(inspect.getsource(sys.modules[__name__]))
+    except (OSError, TypeError, SyntaxError):  # no source (a frozen build): the schema has no descriptions
+        return
+    _describe_fields(
+        [value for value in globals().values() if isinstance(value, type) and issubclass(value, _Strict)],
+        docs,
+    )
+
+
+_describe_own_fields()
 SubworkflowStep.model_rebuild()
 AssetAllOf.model_rebuild()
 AssetAnyOf.model_rebuild()

@@ -169,3 +169,72 @@ def test_a_misspelled_key_fails_the_schema_and_validate_alike(
         expected = f"{files[case]}:{line}: {key_path}: unknown key {misspelled!r}"
         assert expected in validated.stderr, (case, validated.stderr)
     assert not re.search(r"^ok ", validated.stdout, re.MULTILINE)
+
+
+SYNTHETIC_MODELS = '''
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Base(BaseModel):
+    model_config = ConfigDict({config})
+
+    a: int = 1
+    """  The a.
+         Second line.  """
+    b: int = 2
+    _hidden = 3
+    """Not a field's docstring."""
+    c: int = Field(default=4, description="Given.")
+    """Ignored: c has a description."""
+    e: int = 0
+
+    def method(self) -> None:
+        x: int = 1
+        """Inside a method."""
+
+
+class Child(Base):
+    b: int = 5
+    """The child's b."""
+    a: int = 6
+    d: int = 7
+    """The d."""
+
+
+class Grandchild(Child):
+    e: int = 8
+    """The grandchild's e."""
+'''
+
+
+def test_field_descriptions_are_the_attribute_docstrings_as_pydantic_reads_them(tmp_path: Path) -> None:
+    """The models set descriptions from one parse of their file, not with pydantic's
+    ``use_attribute_docstrings`` (which walks the call stack and every loaded module per class,
+    ~0.1 s of each Airflow task process); the descriptions must be the ones pydantic gives."""
+    import importlib.util
+
+    from airflow_provider_agentloom.workflow.models import _attribute_docstrings, _describe_fields
+
+    def load(name: str, config: str) -> Any:
+        path = tmp_path / f"{name}.py"
+        path.write_text(SYNTHETIC_MODELS.format(config=config), encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    pydantic_read = load("pydantic_read", "use_attribute_docstrings=True")
+    ours = load("ours_read", "defer_build=True")
+    _describe_fields(
+        [ours.Base, ours.Child, ours.Grandchild],
+        _attribute_docstrings(SYNTHETIC_MODELS.format(config="defer_build=True")),
+    )
+    for name in ("Base", "Child", "Grandchild"):
+        expected = getattr(pydantic_read, name).model_fields
+        got = getattr(ours, name).model_fields
+        assert {f: i.description for f, i in got.items()} == {f: i.description for f, i in expected.items()}
+        assert getattr(ours, name).model_json_schema() == getattr(pydantic_read, name).model_json_schema()
+    assert ours.Grandchild.model_fields["a"].description is None  # redeclared in Child without one
+    assert ours.Grandchild.model_fields["d"].description == "The d."
