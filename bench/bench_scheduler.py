@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -121,6 +122,7 @@ def bare_dag() -> str:
     return f'''"""The bare @task twin of {OURS} (written by bench/bench_scheduler.py)."""
 
 import subprocess
+import time
 
 from airflow.sdk import dag, task
 
@@ -129,7 +131,9 @@ def step(task_id):
     @task(task_id=task_id)
     def run(*parents):
         codes = "".join(" " + str(parent["returncode"]) for parent in parents)
+        started = time.monotonic()
         done = subprocess.run(["sh", "-c", "echo " + task_id + codes], capture_output=True, text=True)
+        print(f"Command took {{(time.monotonic() - started) * 1000:.1f}} ms")  # as ours logs its tool call
         return {{"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}}
 
     return run
@@ -394,7 +398,7 @@ def task_phases(path: Path) -> dict[str, float]:
     "Post Execute", ``post`` to the end (XCom push, state). Seconds; empty when the log is missing.
     """
     marks: dict[str, datetime] = {}
-    parse = None
+    parse = command = None
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -415,14 +419,43 @@ def task_phases(path: Path) -> dict[str, float]:
             marks["last"] = _at(at)
         elif event == "::group::Post Execute":
             marks["post"] = _at(at)
+        elif event.startswith(("Tool call ", "Command took ")):
+            found = re.search(r"([0-9.]+) ms$", event)
+            command = float(found.group(1)) / 1000 if found else command
     if parse is None or not {"first", "pre_end", "post", "last"} <= set(marks):
         return {}
-    return {
+    phases = {
         "parse": parse,
         "pre": (marks["pre_end"] - marks["first"]).total_seconds(),
         "execute": (marks["post"] - marks["pre_end"]).total_seconds(),
         "post": (marks["last"] - marks["post"]).total_seconds(),
     }
+    if command is not None:
+        phases["command"] = command
+    return phases
+
+
+def count_api_requests(api_log: Path, results: list[RunResult]) -> None:
+    """Each run's Execution API requests, from the api-server's access log (by task instance id,
+    and by the XCom paths of the run), into ``RunResult.api_requests``."""
+    owner: dict[str, RunResult] = {}
+    for result in results:
+        owner.update(dict.fromkeys(result.ti_ids, result))
+        owner[f"/execution/xcoms/{result.dag_id}/{result.run_id}/"] = result
+    try:
+        lines = api_log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return
+    for line in lines:
+        found = re.search(r"path=(/execution/\S+)", line) if "request finished" in line else None
+        if found is None:
+            continue
+        path = found.group(1)
+        ti = re.match(r"/execution/task-instances/([0-9a-f-]+)/", path)
+        xcom = re.match(r"(/execution/xcoms/[^/]+/[^/]+/)", path)
+        result = owner.get(ti.group(1)) if ti else owner.get(xcom.group(1)) if xcom else None
+        if result is not None:
+            result.api_requests += 1
 
 
 def _at(text: str | None) -> datetime:
@@ -443,6 +476,8 @@ class RunResult:
     queued_to_start: list[float]
     failed_tasks: list[str]
     phases: dict[str, list[float]] = field(default_factory=dict)  # from the task logs: task_phases
+    ti_ids: list[str] = field(default_factory=list)
+    api_requests: int = 0  # Execution API requests of the run's tasks: count_api_requests
 
     @classmethod
     def of(
@@ -458,7 +493,9 @@ class RunResult:
             s2e.append((end - start).total_seconds())
             q2st.append((start - queued).total_seconds())
         seconds = (_at(run["end_date"]) - _at(run["start_date"])).total_seconds()
-        return cls(dag_id, run_id, run["state"], seconds, wall, q2s, s2e, q2st, failed)
+        result = cls(dag_id, run_id, run["state"], seconds, wall, q2s, s2e, q2st, failed)
+        result.ti_ids = [str(ti["id"]) for ti in tis]
+        return result
 
     @property
     def ok(self) -> bool:
@@ -470,6 +507,7 @@ PHASES = {
     "pre": "first log line -> end of Pre Execute (the parse, the start request, templates)",
     "execute": "end of Pre Execute -> Post Execute (the operator's execute: state, the command, pushes)",
     "post": "Post Execute -> the last log line (return value pushed, state reported)",
+    "command": "the command itself: ours its tool-call log line (sh under the reaper), bare subprocess.run",
 }
 
 
@@ -563,6 +601,14 @@ def figures(ours: list[RunResult], bare: list[RunResult]) -> list[dict[str, Any]
             for phase, what in PHASES.items()
         ],
         figure(
+            "scheduler_task_execution_api_requests",
+            statistics.mean(result.api_requests for result in ours) / len(GRAPH),
+            statistics.mean(result.api_requests for result in bare) / len(GRAPH),
+            "requests",
+            None,
+            f"Execution API requests per task (api-server access log: start, heartbeats, XCom, rendered fields, state); {n}",
+        ),
+        figure(
             "scheduler_run_trigger_to_done_median",
             runs(ours, "wall_seconds"),
             runs(bare, "wall_seconds"),
@@ -642,6 +688,7 @@ def measure(stack: Stack, runs: int) -> tuple[list[RunResult], list[RunResult]]:
             if not result.ok:
                 raise RuntimeError(f"{dag_id}/{result.run_id} did not succeed: {result.failed_tasks}")
             results.append(result)
+    count_api_requests(stack.component_logs / "api-server.log", ours + bare)
     return ours, bare
 
 
@@ -669,8 +716,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## {len(GRAPH)}-task graph under the scheduler (LocalExecutor, PostgreSQL); ours / bare")
     for item in items:
         goal = f"  goal <= {item['goal']}" if item["goal"] is not None else ""
+        ratio = f"{item['ratio']:.3f}" if item["ratio"] is not None else "-"
+        unit = item["unit"]
         print(
-            f"{item['name']:42} {item['value']:7.3f} s vs {item['peer_value']:7.3f} s  ratio {item['ratio']:.3f}{goal}"
+            f"{item['name']:42} {item['value']:7.3f} {unit} vs {item['peer_value']:7.3f} {unit}  ratio {ratio}{goal}"
         )
     print(f"total {time.monotonic() - began:.0f} s")
     write_json(args.json, items)
