@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Iterator
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, distributions
 
 from airflow_provider_agentloom.tools.base import BaseTool
 
@@ -75,12 +76,36 @@ def discover_entry_point_tools() -> list[BaseTool]:
     A broken entry point is logged and skipped, so one bad package cannot stop every workflow.
     """
     found: list[BaseTool] = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _group_entry_points(ENTRY_POINT_GROUP):
         try:
             found.extend(tools_from_object(ep.load()))
         except Exception:
             log.exception("Could not load tools from entry point %s = %s", ep.name, ep.value)
     return found
+
+
+def _group_entry_points(group: str) -> list[EntryPoint]:
+    """``importlib.metadata.entry_points(group=group)``, without parsing every package's entry points.
+
+    The same distributions in the same order, the first of each name only, as ``entry_points``;
+    but a package's ``entry_points.txt`` is parsed only when its text names ``group``. Parsing them
+    all took 30-70 ms of every tool step's task process (a fresh process: nothing to cache).
+    """
+    found: list[EntryPoint] = []
+    seen: set[str] = set()
+    for dist in distributions():
+        name = getattr(dist, "_normalized_name", None) or _normalized(dist.metadata["Name"] or "")
+        if name in seen:
+            continue
+        seen.add(name)
+        text = dist.read_text("entry_points.txt")
+        if text and group in text:
+            found.extend(dist.entry_points.select(group=group))
+    return found
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def tools_from_object(obj: object) -> list[BaseTool]:

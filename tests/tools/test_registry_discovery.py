@@ -1,0 +1,39 @@
+"""Entry-point discovery finds what ``importlib.metadata.entry_points`` finds, parsing fewer files."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_agentloom.tools.registry import ENTRY_POINT_GROUP, _group_entry_points
+
+
+def _dist(site: Path, name: str, version: str, entry_points_text: str) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(entry_points_text)
+
+
+def test_same_entry_points_as_importlib_first_distribution_of_a_name_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    _dist(first, "acme-tools", "2.0", f"[{ENTRY_POINT_GROUP}]\nacme = acme_tools:TOOLS\n")
+    # An older copy of the same package later on the path: importlib ignores it, and so must we.
+    _dist(second, "Acme.Tools", "1.0", f"[{ENTRY_POINT_GROUP}]\nold = acme_tools_old:TOOLS\n")
+    _dist(
+        second,
+        "other-tools",
+        "1.0",
+        f"[console_scripts]\nx = y:z\n\n[{ENTRY_POINT_GROUP}]\nmore = more:TOOLS\n",
+    )
+    _dist(second, "unrelated", "1.0", "[console_scripts]\nunrelated = unrelated:main\n")
+    monkeypatch.syspath_prepend(str(second))
+    monkeypatch.syspath_prepend(str(first))
+    for group in (ENTRY_POINT_GROUP, "console_scripts"):
+        assert _group_entry_points(group) == list(entry_points(group=group))
+    found = {(ep.name, ep.value) for ep in _group_entry_points(ENTRY_POINT_GROUP)}
+    assert found == {("acme", "acme_tools:TOOLS"), ("more", "more:TOOLS")}
