@@ -86,6 +86,19 @@ def test_many_long_task_ids_ask_for_the_whole_run(monkeypatch: pytest.MonkeyPatc
     assert ti.calls[0] == ("states", ())
 
 
+def test_tasks_that_may_be_read_are_asked_for_in_growing_batches() -> None:
+    maybe = [f"m{i:02d}" for i in range(40)]
+    ti = FakeTI({}, dict.fromkeys(["a", *maybe], "skipped"))
+    reader = SourceReader(ti)
+    reader.want(["a"], maybe)
+    reader.result("a")
+    reader.result("m07")
+    assert ti.calls[0] == ("states", ("a", *maybe[:8]))
+    assert len(ti.calls) == 3  # one state request, then a's and m07's metadata
+    reader.result("m08")
+    assert ti.calls[3] == ("states", tuple(maybe[8:24]))
+
+
 def test_per_source_reads_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(READS_ENV, raising=False)
     assert not per_source_reads()

@@ -3,7 +3,7 @@
 Airflow's Task Execution API reads one XCom (one task id, one key) per request; ``xcom_pull`` with
 a list of task ids loops one request per id, and no route returns the XComs of several tasks. One
 request can, however, return the Airflow state of many task instances (``get_task_states``). So the
-reader asks once for the state of every source task of the step (of every scope above it, for a
+reader asks once for the state of the source tasks of the step (of every scope above it, for a
 subworkflow's child), then reads one XCom per source it needs: the output (``return_value``) of a
 source whose task succeeded. Only a source whose task did not succeed (or succeeded without an
 output) costs a second read, its metadata, for the status the state records. Which sources it
@@ -29,6 +29,9 @@ __all__ = ["READS_ENV", "SourceReader", "per_source_reads"]
 READS_ENV = "AGENTLOOM_STATE_READS"
 """``per-source`` reads every source's metadata and output, one request each (the former way)."""
 
+_FIRST_BATCH = 8
+"""How many of the tasks a step may read the first state request names (beside the sure ones)."""
+
 _MAX_QUERY_CHARS = 4000
 """Above this many characters of task ids, ask for the states of the whole run (one URL stays short)."""
 
@@ -47,8 +50,12 @@ class SourceReader:
     def __init__(self, ti: Any) -> None:
         self.ti = ti
         self._xcoms: dict[tuple[str, str], Any] = {}
-        self._wanted: set[str] = set()
-        self._states: dict[str, str] | None = None
+        self._sure: list[str] = []
+        self._maybe: list[str] = []
+        self._asked: set[str] = set()
+        self._states: dict[str, Any] = {}
+        self._batch = _FIRST_BATCH
+        self._whole_run = False
         self.requests = 0
 
     def pull(self, task_id: str, key: str) -> Any:
@@ -59,9 +66,15 @@ class SourceReader:
             found = self._xcoms[(task_id, key)] = self.ti.xcom_pull(task_ids=task_id, key=key)
         return found
 
-    def want(self, task_ids: Iterable[str]) -> None:
-        """Name the tasks whose results will be read, so one request asks for all their states."""
-        self._wanted.update(task_ids)
+    def want(self, sure: Iterable[str], maybe: Iterable[str] = ()) -> None:
+        """Name the tasks whose results will be read (``sure``) or may be (``maybe``, newest first).
+
+        The first state request asks for every sure task and the first few maybe ones; a maybe
+        task read later asks again with twice as many (a chain that keeps rewriting one key asks
+        once, for a handful of tasks, however long it is).
+        """
+        self._sure.extend(sure)
+        self._maybe.extend(maybe)
 
     def result(self, task_id: str) -> tuple[str, Any] | None:
         """``(status, output)`` of a source task, or None when it left nothing to apply.
@@ -86,9 +99,13 @@ class SourceReader:
         return meta.status.value, value
 
     def _task_state(self, task_id: str) -> str | None:
-        if self._states is None:
-            self._wanted.add(task_id)
-            self._states = self._fetch_states(sorted(self._wanted))
+        if task_id not in self._asked and not self._whole_run:
+            sure = [tid for tid in self._sure if tid not in self._asked]
+            maybe = [tid for tid in self._maybe if tid not in self._asked][: self._batch]
+            self._batch *= 2
+            ask = list(dict.fromkeys([task_id, *sure, *maybe]))
+            self._asked.update(ask)
+            self._states.update(self._fetch_states(ask))
         found = self._states.get(task_id)
         return None if found is None else str(getattr(found, "value", found))
 
@@ -96,10 +113,12 @@ class SourceReader:
         """The Airflow state of ``task_ids`` in this run, in one request ({} when the API cannot tell)."""
         ti = self.ti
         named = task_ids if sum(len(tid) + 10 for tid in task_ids) <= _MAX_QUERY_CHARS else None
+        self._whole_run = named is None
         self.requests += 1
         try:
             found = ti.get_task_states(dag_id=ti.dag_id, task_ids=named, run_ids=[ti.run_id])
         except Exception:  # an API server without the route: the metadata alone decides
+            self._whole_run = True  # (never asked again)
             return {}
         states = found.get(ti.run_id, {}) if isinstance(found, dict) else {}
         return dict(states) if isinstance(states, dict) else {}
