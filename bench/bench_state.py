@@ -31,6 +31,7 @@ import os
 import secrets
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -140,7 +141,12 @@ def migrate(home: Path) -> None:
     db.initdb()
     cache.mkdir(parents=True, exist_ok=True)
     partial = template.with_suffix(f".{os.getpid()}.tmp")
-    shutil.copyfile(home / "airflow.db", partial)
+    # SQLite's backup, not a file copy: Airflow's WAL mode may still hold the tables in the -wal file.
+    with (
+        contextlib.closing(sqlite3.connect(home / "airflow.db")) as source,
+        contextlib.closing(sqlite3.connect(partial)) as copy,
+    ):
+        source.backup(copy)
     os.replace(partial, template)
 
 
@@ -490,7 +496,8 @@ def report(
         name = dag_id.removeprefix("bench_")
         print(
             f"{name:<8} {count:>8} | {row['old']['ms']:>8.1f} {row['new']['ms']:>8.1f} "
-            f"{row['new']['ms'] / row['old']['ms']:>7.2f} | {row['old']['req']:>7.0f} {row['new']['req']:>7.0f} | "
+            f"{row['new']['ms'] / row['old']['ms']:>7.2f} | "
+            f"{row['old']['req']:>7.0f} {row['new']['req']:>7.0f} | "
             f"{row['old']['alloc']:>13.1f} {row['new']['alloc']:>6.1f} | {row['old']['task']:>10.2f} "
             f"{row['new']['task']:>6.2f} | {row['old']['rss']:>16.1f} {row['new']['rss']:>6.1f}"
         )

@@ -272,8 +272,7 @@ class WorkflowRunContext:
         """The state ``step_id`` of this scope reads: the scope's base, then its ancestors' outputs.
 
         The outputs come from :func:`~..workflow.state.assemble_state`'s sources, read through
-        ``reader``: one request for the states of every source task (this scope's and the
-        scopes' above), then one XCom per source whose output can show.
+        ``reader``: one XCom per source whose output can show (``operators.state_reads``).
         """
         from airflow_provider_agentloom.operators.state_reads import per_source_reads
         from airflow_provider_agentloom.workflow.state import assemble_state, rebuild_state, state_sources
@@ -286,22 +285,8 @@ class WorkflowRunContext:
                 if found is not None:
                     results.append((source, self.graph.steps[source].output, found[1], found[0]))
             return rebuild_state(base, results)
-        reader.want(*self.source_task_ids(step_id))
         base = self.scope_base(reader, overrides, on_missing)
         return assemble_state(self.graph, step_id, base, lambda source: reader.result(self.task_id(source)))
-
-    def source_task_ids(self, step_id: str) -> tuple[list[str], list[str]]:
-        """The tasks whose results ``step_id``'s state holds, and those it may hold (newest first):
-        its sources' (``workflow.state.sources_to_read``), then its scopes' above."""
-        from airflow_provider_agentloom.workflow.state import sources_to_read
-
-        sure, maybe = sources_to_read(self.graph, step_id)
-        found = ([self.task_id(s) for s in sure], [self.task_id(s) for s in maybe])
-        if self.parent is not None and self.scope_step is not None:
-            above = self.parent.source_task_ids(self.scope_step.id)
-            found[0].extend(above[0])
-            found[1].extend(above[1])
-        return found
 
     def resolve_working_dir(self, run_id: str) -> Path:
         """Return (and create) the directory built-in tools run from for this run.

@@ -153,27 +153,6 @@ def overwrites_key(step: StepModel) -> bool:
     return len(parts) == 1 and isinstance(parts[0], str)
 
 
-def sources_to_read(graph: StepGraph, step_id: str) -> tuple[list[str], list[str]]:
-    """``step_id``'s state sources, newest first: those :func:`assemble_state` always reads, and
-    those it may leave unread (a newer source writes the same whole key)."""
-    from airflow_provider_agentloom.workflow.graph import output_key
-
-    reads = graph.reads[step_id]
-    every = reads.whole_state or STEPS_KEY in reads.state_keys
-    sure: list[str] = []
-    maybe: list[str] = []
-    written: set[str] = set()
-    for source in reversed(state_sources(graph, step_id)):
-        step = graph.steps[source]
-        key = output_key(step)
-        whole = overwrites_key(step)
-        shadowed = not every and whole and key in written and source not in reads.step_ids
-        (maybe if shadowed else sure).append(source)
-        if whole and key is not None:
-            written.add(key)
-    return sure, maybe
-
-
 def assemble_state(
     graph: StepGraph, step_id: str, base: Mapping[str, Any], read: SourceRead
 ) -> dict[str, Any]:
