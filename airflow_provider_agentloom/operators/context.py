@@ -30,6 +30,7 @@ from airflow_provider_agentloom.workflow.models import SandboxConfig, Subworkflo
 from airflow_provider_agentloom.workflow.redaction import Mask, SecretMasker
 
 if TYPE_CHECKING:
+    from airflow_provider_agentloom.operators.state_reads import SourceReader
     from airflow_provider_agentloom.tools._kernel import KernelSandboxMode
     from airflow_provider_agentloom.tools.sandbox import ToolSandbox
 
@@ -226,7 +227,7 @@ class WorkflowRunContext:
 
     def scope_base(
         self,
-        pull: Callable[[str, str], Any],
+        reader: SourceReader,
         overrides: Mapping[str, Any] | None,
         on_missing: Callable[[str], None] | None = None,
     ) -> dict[str, Any]:
@@ -237,14 +238,14 @@ class WorkflowRunContext:
         ignored, as upstream). An isolated child: its own ``state`` plus ``input``, whose values
         are templated against the parent's state (upstream copies them literally).
 
-        :param pull: ``pull(task_id, key)`` reads an XCom of this run.
+        :param reader: reads the XComs of this run (``operators.state_reads``).
         """
         from airflow_provider_agentloom.workflow.state import initial_state
 
         if self.parent is None or self.scope_step is None:
             return initial_state(self.workflow.state, overrides)
         return self.child_base(
-            self.parent.state_for(self.scope_step.id, pull, overrides, on_missing), on_missing
+            self.parent.state_for(self.scope_step.id, reader, overrides, on_missing), on_missing
         )
 
     def child_base(
@@ -264,26 +265,28 @@ class WorkflowRunContext:
     def state_for(
         self,
         step_id: str,
-        pull: Callable[[str, str], Any],
+        reader: SourceReader,
         overrides: Mapping[str, Any] | None,
         on_missing: Callable[[str], None] | None = None,
     ) -> dict[str, Any]:
-        """The state ``step_id`` of this scope reads: the scope's base, then its ancestors' outputs."""
-        from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus
-        from airflow_provider_agentloom.workflow.state import rebuild_state, state_sources
+        """The state ``step_id`` of this scope reads: the scope's base, then its ancestors' outputs.
 
-        base = self.scope_base(pull, overrides, on_missing)
-        results = []
-        for source in state_sources(self.graph, step_id):
-            task_id = self.task_id(source)
-            meta = StepMeta.from_xcom(pull(task_id, META_KEY))
-            if meta is None or meta.status == StepStatus.RUNNING:
-                continue  # skipped by Airflow or not run: it wrote nothing
-            value = pull(task_id, "return_value")
-            if meta.status == StepStatus.SUCCESS and value is None and not meta.output_is_none:
-                continue
-            results.append((source, self.graph.steps[source].output, value, meta.status))
-        return rebuild_state(base, results)
+        The outputs come from :func:`~..workflow.state.assemble_state`'s sources, read through
+        ``reader``: one XCom per source whose output can show (``operators.state_reads``).
+        """
+        from airflow_provider_agentloom.operators.state_reads import per_source_reads
+        from airflow_provider_agentloom.workflow.state import assemble_state, rebuild_state, state_sources
+
+        if per_source_reads():  # the former reads, kept for comparison (bench/bench_state.py)
+            base = self.scope_base(reader, overrides, on_missing)
+            results = []
+            for source in state_sources(self.graph, step_id):
+                found = reader.per_source_result(self.task_id(source))
+                if found is not None:
+                    results.append((source, self.graph.steps[source].output, found[1], found[0]))
+            return rebuild_state(base, results)
+        base = self.scope_base(reader, overrides, on_missing)
+        return assemble_state(self.graph, step_id, base, lambda source: reader.result(self.task_id(source)))
 
     def resolve_working_dir(self, run_id: str) -> Path:
         """Return (and create) the directory built-in tools run from for this run.

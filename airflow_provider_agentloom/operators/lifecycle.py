@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
 from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceededError, StepError
 from airflow_provider_agentloom.operators.masking import TaskSecrets
+from airflow_provider_agentloom.operators.state_reads import SourceReader
 from airflow_provider_agentloom.workflow.redaction import redacted_key_patterns, secret_state_keys
 from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus, TokenUsage
 from airflow_provider_agentloom.workflow.state import unknown_keys_message
@@ -188,9 +189,14 @@ class StepRun(Generic[StepT]):
         if spent >= limit:
             raise BudgetExceededError(spent, limit)
 
+    @functools.cached_property
+    def reader(self) -> SourceReader:
+        """This attempt's reads of the run's XComs and task states, each read once."""
+        return SourceReader(self.context["ti"])
+
     def pull(self, task_id: str, key: str) -> Any:
-        """An XCom of this DAG run (``return_value``, the metadata key)."""
-        return self.context["ti"].xcom_pull(task_ids=task_id, key=key)
+        """An XCom of this DAG run (``return_value``, the metadata key), read once per attempt."""
+        return self.reader.pull(task_id, key)
 
     def overrides(self) -> dict[str, Any]:
         """The run's state overrides: the DAG params, then the run conf.
@@ -214,7 +220,7 @@ class StepRun(Generic[StepT]):
         run's secrets from here on.
         """
         run_context = self.operator.run_context
-        state = run_context.state_for(self.step.id, self.pull, self.overrides(), self.operator.warn_missing)
+        state = run_context.state_for(self.step.id, self.reader, self.overrides(), self.operator.warn_missing)
         self.secrets = TaskSecrets(run_context.workflow, state)
         return state
 

@@ -99,7 +99,7 @@ class SubworkflowOperator(_SubworkflowTask):
         run = StepRun(self, context)
         child = self.run_context.child(self.step)
         with run.guard():
-            base = child.scope_base(run.pull, run.overrides(), self.warn_missing)
+            base = child.scope_base(run.reader, run.overrides(), self.warn_missing)
             run.secrets = TaskSecrets(child.workflow, base)
             results = child_results(child, run.pull, _task_states(context, child))
             outcome = child_outcome(self.step, base, child, results)

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import StepError, closest
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.templates import parse_path
+
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.workflow.models import StepModel
 
 STEPS_KEY = "steps"
 
@@ -133,6 +136,62 @@ def state_sources(graph: StepGraph, step_id: str) -> tuple[str, ...]:
     return tuple(
         sid for sid in ancestors if sid in reads.step_ids or output_key(graph.steps[sid]) in reads.state_keys
     )
+
+
+SourceRead = Callable[[str], "tuple[str, Any] | None"]
+"""Reads one state source: ``(status, output)``, or None when it left nothing to apply."""
+
+
+def overwrites_key(step: StepModel) -> bool:
+    """Whether a step's ``output`` is a whole top-level key (``a``, not ``a.b`` nor ``a[0]``).
+
+    Such a write replaces the key's value, whatever it held, and can never fail.
+    """
+    if not step.output:
+        return False
+    parts = parse_path(step.output) or [step.output]
+    return len(parts) == 1 and isinstance(parts[0], str)
+
+
+def assemble_state(
+    graph: StepGraph, step_id: str, base: Mapping[str, Any], read: SourceRead
+) -> dict[str, Any]:
+    """The state ``step_id`` reads: ``base``, then its :func:`state_sources`' results in upstream order.
+
+    A source is read only when its result can show. Walking the sources newest first, an older
+    source is left unread when all it can leave is a top-level key that a newer source has
+    already overwritten whole (a successful ``output: key``, with no write inside that key in
+    between) and its ``steps.<id>`` entry, which the step does not read. A step that keeps
+    writing one key (``acc: "{state.acc}+1"``) therefore reads its latest writer only, however
+    long the chain; what the step reads is the same as with every source applied. A whole-state
+    reader (and one reading ``state.steps``) reads every source.
+
+    :param read: ``read(source)`` gives the source's ``(status, output)`` or None.
+    """
+    from airflow_provider_agentloom.workflow.graph import output_key
+
+    reads = graph.reads[step_id]
+    every = reads.whole_state or STEPS_KEY in reads.state_keys
+    overwritten: set[str] = set()
+    found: list[tuple[str, str | None, Any, str]] = []
+    for source in reversed(state_sources(graph, step_id)):
+        step = graph.steps[source]
+        key = output_key(step)
+        whole = overwrites_key(step)
+        if not every and whole and key in overwritten and source not in reads.step_ids:
+            continue  # a newer source replaced this one's key: its write cannot show
+        result = read(source)
+        if result is None:
+            continue
+        status, value = result
+        found.append((source, step.output, value, status))
+        if key is not None and status == "success":
+            if whole:
+                overwritten.add(key)
+            else:  # a write inside the key reads what older writes left there (it may fail on it)
+                overwritten.discard(key)
+    found.reverse()
+    return rebuild_state(base, found)
 
 
 def rebuild_state(
