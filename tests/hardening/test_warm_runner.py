@@ -128,7 +128,9 @@ def test_a_client_of_another_version_replaces_the_runner_which_then_stops_when_i
         _stop_and_check_nothing_left(home, marker)
 
 
-def test_killing_the_runner_mid_run_fails_that_run_and_the_next_run_recovers(tmp_path: Path) -> None:
+def test_ctrl_c_stops_a_warm_run_and_killing_the_runner_mid_run_fails_it_and_the_next_run_recovers(
+    tmp_path: Path,
+) -> None:
     home, marker = tmp_path / "home", new_marker()
     (tmp_path / "slow.yaml").write_text(
         "name: killed\nsteps:\n"
@@ -137,6 +139,23 @@ def test_killing_the_runner_mid_run_fails_that_run_and_the_next_run_recovers(tmp
     )
     (tmp_path / "flow.yaml").write_text(TWO_STEPS)
     try:
+        # Ctrl-C reaches the run through its client: the run stops in order, the runner goes on.
+        with CliRun(
+            "run", "slow.yaml", "--json", home=home, cwd=tmp_path, marker=marker, warm=True, sweep=False
+        ) as cli:
+            wait_for(lambda: (tmp_path / "sleeper.started").exists(), 240, "the step to start")
+            cli.ctrl_c()
+            assert cli.finish(60) == 130, cli.stderr[-3000:]
+            assert "interrupted by SIGINT" in cli.document()["error"]
+        wait_for(
+            lambda: not any(f"sleep {marker}" in _cmdline(pid) for pid in processes_with(marker)),
+            30,
+            "the step to end",
+        )
+        (interrupted,) = run_states(home, "killed")
+        assert run_states(home, "killed") == {interrupted: "failed"}
+        (tmp_path / "sleeper.started").unlink()
+
         with CliRun(
             "run", "slow.yaml", "--json", home=home, cwd=tmp_path, marker=marker, warm=True, sweep=False
         ) as cli:
@@ -149,15 +168,25 @@ def test_killing_the_runner_mid_run_fails_that_run_and_the_next_run_recovers(tmp
             assert cli.document()["status"] == "failed"
             # The run process, its step's supervisor and the sleep die with the runner.
             assert wait_for_processes(marker, present=False, seconds=30) == []
-        (killed,) = run_states(home, "killed")
+        (killed,) = set(run_states(home, "killed")) - {interrupted}
         assert run_states(home, "killed")[killed] == "running"  # nobody could mark it yet
 
         with _run(tmp_path, home, marker) as after:
             _finished(after)
         assert _runner_pid(home) != runner
-        assert run_states(home, "killed") == {killed: "failed"}  # the next run marked it failed
+        assert run_states(home, "killed") == {
+            interrupted: "failed",
+            killed: "failed",
+        }  # marked by the next run
     finally:
         _stop_and_check_nothing_left(home, marker)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _status(home: Path) -> dict[str, Any]:
