@@ -191,7 +191,7 @@ class StepRun(Generic[StepT]):
 
     @functools.cached_property
     def reader(self) -> SourceReader:
-        """This attempt's reads of the run's XComs and task states, each read once."""
+        """This attempt's reads of the run's XComs, each read once."""
         return SourceReader(self.context["ti"])
 
     def pull(self, task_id: str, key: str) -> Any:
