@@ -361,8 +361,11 @@ def main() -> None:
         ),
         ("warm", "dag-factory", df_peer, 0.333),
         ("cold", "dag-factory", df_peer, None),
-        ("warm", "floor", "hand-written BashOperators", 1.2),
-        ("cold", "floor", "hand-written BashOperators", 1.5),
+        # With --quick's 40 DAGs our package's import (once per parse) weighs five times more
+        # per DAG than with 200: the floor goals are the 200-DAG ones, so --quick shows the
+        # ratios without bounding them (the dag-factory goal holds at both sizes).
+        ("warm", "floor", "hand-written BashOperators", None if args.quick else 1.2),
+        ("cold", "floor", "hand-written BashOperators", None if args.quick else 1.5),
     ]
     figures = []
     for phase, peer_kind, peer, goal in comparisons:
