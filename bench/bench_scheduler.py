@@ -708,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json, [], note=QUICK_NOTE)
         return 0
     signal.signal(signal.SIGTERM, _interrupt)
+    # Also when started with SIGINT ignored (a background job of a script): Ctrl-C/SIGINT cleans up.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     began = time.monotonic()
     with stack_running(args.keep) as stack:
         print(f"stack ready in {stack.timings['start to DAGs listed']:.1f} s", flush=True)
@@ -727,4 +729,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print(
+            "bench_scheduler: interrupted; the stack, its database and temp dir are removed", file=sys.stderr
+        )
+        sys.exit(130)
