@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python bench/bench_scheduler.py                 # 1 warm-up + 5 runs of each (~6-8 min)
+    .venv/bin/python bench/bench_scheduler.py                 # 1 warm-up + 5 runs of each (~8-12 min here)
     .venv/bin/python bench/bench_scheduler.py --runs 3 --json /tmp/sched.json
     .venv/bin/python bench/bench_scheduler.py --quick --json /tmp/sched.json
 
@@ -703,6 +703,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs) for a look afterwards")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs: at least 1")
     if args.quick:
         print(f"bench_scheduler --quick: {QUICK_NOTE}")
         write_json(args.json, [], note=QUICK_NOTE)
