@@ -152,7 +152,7 @@ bench_sched_bare()
 
 
 def _admin() -> Any:
-    import psycopg2
+    import psycopg2  # type: ignore[import-untyped]  # (the e2e tests' driver; no stubs installed)
 
     connection = psycopg2.connect(
         host=PG_HOST, port=PG_PORT, user=PG_USER, dbname="postgres", connect_timeout=5
@@ -453,9 +453,10 @@ def count_api_requests(api_log: Path, results: list[RunResult]) -> None:
         path = found.group(1)
         ti = re.match(r"/execution/task-instances/([0-9a-f-]+)/", path)
         xcom = re.match(r"(/execution/xcoms/[^/]+/[^/]+/)", path)
-        result = owner.get(ti.group(1)) if ti else owner.get(xcom.group(1)) if xcom else None
-        if result is not None:
-            result.api_requests += 1
+        key = ti.group(1) if ti else xcom.group(1) if xcom else None
+        counted = owner.get(key) if key is not None else None
+        if counted is not None:
+            counted.api_requests += 1
 
 
 def _at(text: str | None) -> datetime:
@@ -541,7 +542,7 @@ def pair_ratios(ours: list[RunResult], bare: list[RunResult], metric: str) -> li
 
 def figures(ours: list[RunResult], bare: list[RunResult]) -> list[dict[str, Any]]:
     def pooled(results: list[RunResult], metric: str) -> float:
-        return statistics.median([value for result in results for value in getattr(result, metric)])
+        return float(statistics.median([value for result in results for value in getattr(result, metric)]))
 
     def pooled_phase(results: list[RunResult], phase: str) -> float:
         return statistics.median(
@@ -549,7 +550,7 @@ def figures(ours: list[RunResult], bare: list[RunResult]) -> list[dict[str, Any]
         )
 
     def runs(results: list[RunResult], metric: str) -> float:
-        return statistics.median(getattr(result, metric) for result in results)
+        return float(statistics.median(getattr(result, metric) for result in results))
 
     def pairs(metric: str) -> str:
         ratios = pair_ratios(ours, bare, metric)
