@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python bench/bench_scheduler.py                 # 1 warm-up + 5 runs of each (~6-8 min)
+    .venv/bin/python bench/bench_scheduler.py                 # 1 warm-up + 5 runs of each (~8-12 min here)
     .venv/bin/python bench/bench_scheduler.py --runs 3 --json /tmp/sched.json
     .venv/bin/python bench/bench_scheduler.py --quick --json /tmp/sched.json
 
@@ -152,7 +152,7 @@ bench_sched_bare()
 
 
 def _admin() -> Any:
-    import psycopg2
+    import psycopg2  # type: ignore[import-untyped]  # (the e2e tests' driver; no stubs installed)
 
     connection = psycopg2.connect(
         host=PG_HOST, port=PG_PORT, user=PG_USER, dbname="postgres", connect_timeout=5
@@ -453,9 +453,10 @@ def count_api_requests(api_log: Path, results: list[RunResult]) -> None:
         path = found.group(1)
         ti = re.match(r"/execution/task-instances/([0-9a-f-]+)/", path)
         xcom = re.match(r"(/execution/xcoms/[^/]+/[^/]+/)", path)
-        result = owner.get(ti.group(1)) if ti else owner.get(xcom.group(1)) if xcom else None
-        if result is not None:
-            result.api_requests += 1
+        key = ti.group(1) if ti else xcom.group(1) if xcom else None
+        counted = owner.get(key) if key is not None else None
+        if counted is not None:
+            counted.api_requests += 1
 
 
 def _at(text: str | None) -> datetime:
@@ -541,7 +542,7 @@ def pair_ratios(ours: list[RunResult], bare: list[RunResult], metric: str) -> li
 
 def figures(ours: list[RunResult], bare: list[RunResult]) -> list[dict[str, Any]]:
     def pooled(results: list[RunResult], metric: str) -> float:
-        return statistics.median([value for result in results for value in getattr(result, metric)])
+        return float(statistics.median([value for result in results for value in getattr(result, metric)]))
 
     def pooled_phase(results: list[RunResult], phase: str) -> float:
         return statistics.median(
@@ -549,7 +550,7 @@ def figures(ours: list[RunResult], bare: list[RunResult]) -> list[dict[str, Any]
         )
 
     def runs(results: list[RunResult], metric: str) -> float:
-        return statistics.median(getattr(result, metric) for result in results)
+        return float(statistics.median(getattr(result, metric) for result in results))
 
     def pairs(metric: str) -> str:
         ratios = pair_ratios(ours, bare, metric)
@@ -703,11 +704,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs) for a look afterwards")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs: at least 1")
     if args.quick:
         print(f"bench_scheduler --quick: {QUICK_NOTE}")
         write_json(args.json, [], note=QUICK_NOTE)
         return 0
     signal.signal(signal.SIGTERM, _interrupt)
+    # Also when started with SIGINT ignored (a background job of a script): Ctrl-C/SIGINT cleans up.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     began = time.monotonic()
     with stack_running(args.keep) as stack:
         print(f"stack ready in {stack.timings['start to DAGs listed']:.1f} s", flush=True)
@@ -727,4 +732,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print(
+            "bench_scheduler: interrupted; the stack, its database and temp dir are removed", file=sys.stderr
+        )
+        sys.exit(130)
