@@ -1,4 +1,4 @@
-"""The live-stack modules that can share one Airflow stack get it from here (``e2e_support.SharedStack``)."""
+"""The live-stack modules share one Airflow stack, from here (``e2e_support.SharedStack``)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     places = [index for index, item in enumerate(items) if item.path.parent == here]
 
-    def stack_of(item: pytest.Item) -> str:
-        part = getattr(getattr(item, "module", None), "STACK_PART", None)
-        return part.executor if isinstance(part, StackPart) else "~"  # own stacks after the shared ones
+    def on_its_own(item: pytest.Item) -> bool:  # the modules with a stack of their own come after
+        return not isinstance(getattr(getattr(item, "module", None), "STACK_PART", None), StackPart)
 
-    ordered = sorted((items[index] for index in places), key=stack_of)  # stable: the order within each
+    ordered = sorted((items[index] for index in places), key=on_its_own)  # stable: the order within each
     for index, item in zip(places, ordered, strict=True):
         items[index] = item

@@ -213,6 +213,8 @@ class AirflowStack:
     extra_env: dict[str, str] = field(default_factory=dict)  # set before start_all (connections…)
     # (username, password) when the stack has real users (SIMPLE_AUTH_MANAGER_ALL_ADMINS off).
     credentials: tuple[str, str] | None = None
+    # On a shared stack: the DAGs each module put in the dags folder, by module.
+    module_dag_ids: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.home = self.base / "airflow-home"
@@ -576,7 +578,8 @@ class StackPart:
     :param name: the module's label.
     :param files: the dags folder's files of the module, by name.
     :param dag_ids: the DAGs that must be listed before the module's tests run.
-    :param executor: the stack it joins: the modules of one executor share one stack.
+    :param executor: the executor it needs; None: any (LocalExecutor unless a module on the same
+        stack needs another).
     :param repo_dags: whether it needs the repo's ``dags/`` (the examples) and the broken file.
     :param env: more variables of the components (connections), computed when the stack starts.
     :param close: called once the stack has stopped (a loopback server the components used).
@@ -585,7 +588,7 @@ class StackPart:
     name: str
     files: dict[str, str]
     dag_ids: frozenset[str]
-    executor: str = "LocalExecutor"
+    executor: str | None = None
     repo_dags: bool = False
     env: Callable[[], dict[str, str]] | None = None
     close: Callable[[], None] | None = None
@@ -600,10 +603,14 @@ class SharedStack:
     module's files and settings, and stopped as the last of them ends (or at the session's end).
 
     The stack has real users (the simple auth manager, login required), as the browser module needs;
-    the REST client of the other modules logs in with the same credentials.
+    the REST client of the other modules logs in with the same credentials. Its executor is the one
+    a module needs (``STACK_PART.executor``), else LocalExecutor.
     """
 
     def __init__(self, base: Path, parts: list[StackPart]) -> None:
+        needed = {part.executor for part in parts if part.executor is not None}
+        assert len(needed) <= 1, f"the modules of one stack need different executors: {needed}"
+        self.executor = needed.pop() if needed else "LocalExecutor"
         self.base = base
         self.parts = parts
         self.left = len(parts)  # modules that have not ended yet
@@ -612,9 +619,8 @@ class SharedStack:
         self._running: contextlib.ExitStack | None = None
 
     def _start(self) -> AirflowStack:
-        executor = self.parts[0].executor
-        require_stack(executor)
-        airflow = AirflowStack(self.base, executor=executor)
+        require_stack(self.executor)
+        airflow = AirflowStack(self.base, executor=self.executor)
         if any(part.repo_dags for part in self.parts):
             airflow.prepare_dags()
         else:
@@ -626,6 +632,7 @@ class SharedStack:
             if part.env is not None:
                 airflow.extra_env.update(part.env())
             expected |= part.dag_ids
+        airflow.module_dag_ids = {part.name: part.dag_ids for part in self.parts}
         passwords = self.base / "passwords.json"
         passwords.write_text(json.dumps({SHARED_USERNAME: SHARED_PASSWORD}), encoding="utf-8")
         airflow.extra_env.update(
@@ -686,29 +693,28 @@ class SharedStack:
 
 
 class SharedStacks:
-    """The session's shared stacks, one per executor, each for the selected modules that join it."""
+    """The session's shared stack, for the selected modules that have a ``STACK_PART``."""
 
     def __init__(self, session: pytest.Session, tmp_path_factory: pytest.TempPathFactory) -> None:
         modules = {
             id(item.module): item.module for item in session.items if isinstance(item, pytest.Function)
         }
-        self.parts: dict[str, list[StackPart]] = {}
-        for module in modules.values():
-            part = getattr(module, "STACK_PART", None)
-            if isinstance(part, StackPart):
-                self.parts.setdefault(part.executor, []).append(part)
+        self.parts = [
+            part
+            for module in modules.values()
+            if isinstance(part := getattr(module, "STACK_PART", None), StackPart)
+        ]
         self.tmp_path_factory = tmp_path_factory
-        self.stacks: dict[str, SharedStack] = {}
+        self.stack: SharedStack | None = None
 
     def of(self, part: StackPart) -> SharedStack:
-        if part.executor not in self.stacks:
-            base = self.tmp_path_factory.mktemp("agentloom-e2e-shared")
-            self.stacks[part.executor] = SharedStack(base, self.parts[part.executor])
-        return self.stacks[part.executor]
+        if self.stack is None:
+            self.stack = SharedStack(self.tmp_path_factory.mktemp("agentloom-e2e-shared"), self.parts)
+        return self.stack
 
     def stop(self) -> None:
-        for stack in self.stacks.values():
-            stack.stop()
+        if self.stack is not None:
+            self.stack.stop()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """End to end on a live Airflow: data-aware scheduling and the unknown-conf-key check, over REST.
 
-One stack (api-server, scheduler, dag-processor; LocalExecutor on a fresh PostgreSQL database),
-shared with the other LocalExecutor modules (``e2e_support.SharedStack``), with this module's
-three workflows: a producer whose final step updates an asset, a consumer scheduled on that asset,
+One stack (api-server, scheduler, dag-processor on a fresh PostgreSQL database; LocalExecutor, or
+the Celery worker of the live module it is shared with: ``e2e_support.SharedStack``), with this
+module's three workflows: a producer whose final step updates an asset, a consumer scheduled on that asset,
 and a strict workflow. A producer run triggered through the REST API makes the real scheduler start
 the consumer; a run triggered with a misspelled conf key fails before any step, with the message.
 

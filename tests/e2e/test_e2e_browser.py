@@ -1,7 +1,7 @@
 """The Airflow UI in a real browser: the AgentLoom run summary and spend tabs, graph labels, Rendered Templates.
 
-A live stack (api-server, scheduler, dag-processor; LocalExecutor on PostgreSQL, see
-``e2e_support.AirflowStack``, shared with the other LocalExecutor modules: ``SharedStack``) with
+A live stack (api-server, scheduler, dag-processor on PostgreSQL, see ``e2e_support.AirflowStack``;
+LocalExecutor, or the Celery worker of the live module it is shared with: ``SharedStack``) with
 real users (the simple auth manager, login required) runs a
 workflow with a tool step and an ``llm_call`` on the mock provider, whose reply records tokens and
 a cost. The plugin's pages are checked over HTTP (login enforced, JSON totals, the ``runs`` cap),

@@ -1,7 +1,7 @@
 """Rendered Templates and graph labels on a live Airflow, read through its REST API as the UI reads them.
 
-A stack (api-server, scheduler, dag-processor; LocalExecutor on PostgreSQL, see
-``e2e_support.AirflowStack``), shared with the other LocalExecutor modules (``SharedStack``), runs
+A stack (api-server, scheduler, dag-processor on PostgreSQL, see ``e2e_support.AirflowStack``;
+LocalExecutor, or the Celery worker of the live module it is shared with: ``SharedStack``) runs
 this module's workflow: a tool step whose ``tool_args`` use the run's
 ``conf``, then an ``llm_call`` that reaches a loopback OpenAI server through an Airflow
 connection. The run's conf carries a ``redact: true`` token and, as a leak would, the
