@@ -54,7 +54,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     from airflow_provider_agentloom.runner.daemon import client
 
-    for home in sorted(WARM_HOMES):
+    # And the session home's, which a CLI started with the session's own environment would use.
+    for home in sorted({*WARM_HOMES, _HOME.resolve()}):
         client.stop(home)
     for place in [_HOME, *(p for p in _FIXED_PLACES if p not in _FIXED_PLACES_BEFORE)]:
         shutil.rmtree(place, ignore_errors=True)
@@ -94,6 +95,22 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A temporary current directory ("the directory you run from")."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def warm_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One Airflow home for the session's CLI runs, served by its warm runner (``cli_env(warm_home,
+    warm=True)``): the runner starts once, on the first run, and stops at the session's end.
+
+    Its runner inherits the environment of the client that started it, so a test that checks the
+    processes, signals or ``AIRFLOW__*`` settings of one CLI process keeps a home of its own, and one
+    that reads the home's database finds its runs by run_id or by a workflow name of its own.
+    """
+    from airflow_provider_agentloom.runner.daemon import client
+
+    home = tmp_path_factory.mktemp("warm") / "home"
+    yield home
+    client.stop(home)
 
 
 @pytest.fixture

@@ -42,10 +42,10 @@ steps:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def setup(tmp_path_factory: pytest.TempPathFactory, warm_home: Path) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("gated")
     (work / "wf.yaml").write_text(WORKFLOW, encoding="utf-8")
-    return {"work": work, "env": cli_env(work / "home", TESTS)}
+    return {"work": work, "env": cli_env(warm_home, TESTS, warm=True)}
 
 
 def _document(proc: Any) -> dict[str, Any]:

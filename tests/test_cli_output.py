@@ -66,10 +66,10 @@ steps:
 """
 
 
-def test_run_ends_with_each_steps_output_on_one_line(tmp_path: Path) -> None:
+def test_run_ends_with_each_steps_output_on_one_line(tmp_path: Path, warm_home: Path) -> None:
     flow = tmp_path / "outputs.yaml"
     flow.write_text(OUTPUTS, encoding="utf-8")
-    env = cli_env(tmp_path / "home", COLUMNS="60")
+    env = cli_env(warm_home, COLUMNS="60", warm=True)
     proc = run_cli("run", str(flow), cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stderr  # `broken` fails
     lines = proc.stdout.splitlines()
@@ -127,7 +127,7 @@ def test_validate_names_provider_and_model_only_for_workflows_that_call_a_model(
     ]
 
 
-def test_the_quick_start_leaves_the_repository_clean(tmp_path: Path) -> None:
+def test_the_quick_start_leaves_the_repository_clean(tmp_path: Path, warm_home: Path) -> None:
     """``agentloom run dags/order_pipeline.yaml`` from a checkout: success, and ``git status`` stays clean."""
     if shutil.which("git") is None:
         pytest.skip("needs git")
@@ -137,7 +137,7 @@ def test_the_quick_start_leaves_the_repository_clean(tmp_path: Path) -> None:
     subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
     identity = ["-c", "user.name=test", "-c", "user.email=test@example.invalid"]
     subprocess.run(["git", "-C", str(repo), *identity, "commit", "-qm", "checkout"], check=True)
-    env = cli_env(tmp_path / "home", COLUMNS="500")
+    env = cli_env(warm_home, COLUMNS="500", warm=True)
     proc = run_cli("run", "dags/order_pipeline.yaml", cwd=repo, env=env)
     assert proc.returncode == 0, proc.stderr
     saved = re.search(r'^save_order: \{"written": 43, "path": "([^"]+)"\}$', proc.stdout, re.MULTILINE)

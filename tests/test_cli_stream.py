@@ -52,16 +52,16 @@ def server() -> Iterator[LoopbackServer]:
     srv.stop()
 
 
-def _run(tmp_path: Path, server: LoopbackServer, *flags: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, home: Path, server: LoopbackServer, *flags: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "wf.yaml").write_text(WORKFLOW, encoding="utf-8")
-    env = cli_env(tmp_path / "home", OPENAI_API_KEY="sk-test-stream", OPENAI_BASE_URL=server.url)
+    env = cli_env(home, OPENAI_API_KEY="sk-test-stream", OPENAI_BASE_URL=server.url, warm=True)
     return run_cli("run", "wf.yaml", *flags, cwd=tmp_path, env=env)
 
 
 def test_stream_prints_the_chunks_on_stdout_and_progress_on_stderr(
-    tmp_path: Path, server: LoopbackServer
+    tmp_path: Path, warm_home: Path, server: LoopbackServer
 ) -> None:
-    proc = _run(tmp_path, server, "--stream")
+    proc = _run(tmp_path, warm_home, server, "--stream")
     assert proc.returncode == 0, proc.stderr[-4000:]
     # On stdout: the streamed reply as it came, then (after the run) each step's output line.
     assert proc.stdout == "".join(PIECES) + "\n" + OUTPUT_LINES.format(greeting="".join(PIECES))
@@ -71,8 +71,10 @@ def test_stream_prints_the_chunks_on_stdout_and_progress_on_stderr(
     assert request.body["stream"] is True
 
 
-def test_stream_with_json_keeps_stdout_one_document(tmp_path: Path, server: LoopbackServer) -> None:
-    proc = _run(tmp_path, server, "--stream", "--json")
+def test_stream_with_json_keeps_stdout_one_document(
+    tmp_path: Path, warm_home: Path, server: LoopbackServer
+) -> None:
+    proc = _run(tmp_path, warm_home, server, "--stream", "--json")
     assert proc.returncode == 0, proc.stderr[-4000:]
     document = json.loads(proc.stdout)
     assert document["step_results"]["greet"]["output"] == "".join(PIECES)
@@ -81,8 +83,10 @@ def test_stream_with_json_keeps_stdout_one_document(tmp_path: Path, server: Loop
     assert request.body["stream"] is True
 
 
-def test_without_stream_only_the_outputs_are_printed(tmp_path: Path, server: LoopbackServer) -> None:
-    proc = _run(tmp_path, server)
+def test_without_stream_only_the_outputs_are_printed(
+    tmp_path: Path, warm_home: Path, server: LoopbackServer
+) -> None:
+    proc = _run(tmp_path, warm_home, server)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout == OUTPUT_LINES.format(greeting="not streamed")
     (request,) = server.requests

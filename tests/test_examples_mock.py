@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import queue
 import re
 import shutil
@@ -48,6 +47,7 @@ from compatibility_report import Outcome, check, render
 from tls_support import write_tls_files
 
 from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
+from airflow_provider_agentloom.runner.daemon import client
 
 MOCK_DEFAULT_REPLY = "Mock response"
 CORPUS_TOOLS = Path(__file__).resolve().parent / "data" / "corpus_tools"
@@ -379,11 +379,12 @@ def run_example(
     home: Path,
     *extra: str,
     served: ServedHosts | None = None,
+    warm: bool = False,
 ) -> ExampleRun:
     """Copy the example (and the fixture folder it names) to ``tmp_path/work`` and run it from there.
 
     With ``served``, the run reaches the ``SERVED`` URLs on the loopback server; without it, it
-    reaches no public host.
+    reaches no public host. With ``warm``, it runs in the home's warm runner.
     """
     source = example_file(examples_dir, example_id)
     workflow = yaml.safe_load(source.read_text(encoding="utf-8"))
@@ -401,7 +402,7 @@ def run_example(
         extra = ("--tools", tools, *extra)
     if example_id in CASES:
         extra = (*CASES[example_id].args, *extra)
-    env = cli_env(home, **(served.env if served is not None else {}))
+    env = cli_env(home, warm=warm, **(served.env if served is not None else {}))
     started = time.monotonic()
     proc = run_cli("run", source.name, "--provider", "mock", "--json", *extra, cwd=work, env=env)
     return ExampleRun(proc, workflow, work, home, time.monotonic() - started, example_id)
@@ -411,19 +412,20 @@ class TableRuns:
     """The CLI runs of the table's selected rows, started together on first use, two at a time.
 
     Several examples wait seconds between retries (upstream's back-off), so two runs overlap. Each
-    worker has its own Airflow home (SQLite is never shared by two runs at once); each run its own
-    directory.
+    worker has its own Airflow home (SQLite is never shared by two runs at once), served by its warm
+    runner: the session's warm home and one of the table's own; each run its own directory.
     """
 
     WORKERS = 2
 
-    def __init__(self, base: Path, selected: list[str], served: ServedHosts) -> None:
+    def __init__(self, base: Path, selected: list[str], served: ServedHosts, warm_home: Path) -> None:
         self.base = base
         self.selected = selected
         self.served = served
+        self.own_home = base / "home-1"
         self.homes: queue.Queue[Path] = queue.Queue()
-        for index in range(self.WORKERS):
-            self.homes.put(base / f"home-{index}")
+        for home in (warm_home, self.own_home):
+            self.homes.put(home)
         self.pool: ThreadPoolExecutor | None = None
         self.futures: dict[str, Future[ExampleRun]] = {}
 
@@ -441,26 +443,35 @@ class TableRuns:
         try:
             served = self.served if CASES[example_id].served else None
             return run_example(
-                examples_dir, example_id, self.base / f"example-{example_id}", home, served=served
+                examples_dir, example_id, self.base / f"example-{example_id}", home, served=served, warm=True
             )
         finally:
             self.homes.put(home)
 
+    def drain(self) -> None:
+        """Wait for every started run: the next run on the session's warm home is alone on it."""
+        for future in self.futures.values():
+            future.exception()
+
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+        client.stop(self.own_home)  # the session stops the warm home's runner
 
 
 @pytest.fixture(scope="module")
 def table_runs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, served_hosts: ServedHosts
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    served_hosts: ServedHosts,
+    warm_home: Path,
 ) -> Iterator[TableRuns]:
     selected = [
         str(item.callspec.params["example_id"])
         for item in request.session.items
         if isinstance(item, pytest.Function) and item.originalname == "test_example_runs_on_the_mock_provider"
     ]
-    runs = TableRuns(tmp_path_factory.mktemp("examples"), selected, served_hosts)
+    runs = TableRuns(tmp_path_factory.mktemp("examples"), selected, served_hosts, warm_home)
     yield runs
     runs.close()
 
@@ -607,7 +618,7 @@ def check_success(run: ExampleRun, expect: Expect) -> None:
 
 @pytest.mark.timeout(300)
 def test_example_35_replays_its_fixture_and_its_tool_error_goes_back_to_the_model(
-    examples_dir: Path, tmp_path: Path
+    examples_dir: Path, tmp_path: Path, warm_home: Path, table_runs: TableRuns
 ) -> None:
     """Example 35 on its committed fixture ``recordings/tool_calling.json`` (keyed by the step id ``ask``).
 
@@ -623,8 +634,9 @@ def test_example_35_replays_its_fixture_and_its_tool_error_goes_back_to_the_mode
     assert asked["name"] == "http_request"
     assert asked["arguments"]["url"] == "https://httpbin.org/get"
 
-    home = Path(os.environ["AGENTLOOM_HOME"])  # the session's home, already migrated
-    run = run_example(examples_dir, "35", tmp_path, home, "--record", "rec.json", "--record-tools")
+    table_runs.drain()
+    home = warm_home
+    run = run_example(examples_dir, "35", tmp_path, home, "--record", "rec.json", "--record-tools", warm=True)
     assert run.proc.returncode == 0, run.proc.stderr[-3000:]
     document = run.document
     assert document["status"] == "success"

@@ -21,7 +21,6 @@ Each CLI process loads a network guard (``sitecustomize`` on ``PYTHONPATH``): lo
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -137,6 +136,7 @@ class Setup:
     work: Path
     ledger: Path
     env: dict[str, str]
+    home: Path
 
     def cli(self, *args: str) -> dict[str, Any]:
         proc = run_cli(*args, "--tools", "ledger_tools", "--json", cwd=self.work, env=self.env)
@@ -147,7 +147,7 @@ class Setup:
 
 
 @pytest.fixture
-def setup(tmp_path: Path, server: LoopbackServer) -> Setup:
+def setup(tmp_path: Path, warm_home: Path, server: LoopbackServer) -> Setup:
     work = tmp_path / "work"
     work.mkdir()
     (work / "wf.yaml").write_text(WORKFLOW, encoding="utf-8")
@@ -155,13 +155,8 @@ def setup(tmp_path: Path, server: LoopbackServer) -> Setup:
     modules = tmp_path / "modules"
     modules.mkdir()
     (modules / "ledger_tools.py").write_text(TOOL_MODULE.format(ledger=str(ledger)), encoding="utf-8")
-    env = cli_env(
-        os.environ["AGENTLOOM_HOME"],  # the session's home, already migrated
-        modules,
-        OPENAI_API_KEY=KEY,
-        OPENAI_BASE_URL=server.url,
-    )
-    return Setup(work, ledger, env)
+    env = cli_env(warm_home, modules, OPENAI_API_KEY=KEY, OPENAI_BASE_URL=server.url, warm=True)
+    return Setup(work, ledger, env, warm_home)
 
 
 def record(setup: Setup, server: LoopbackServer, *flags: str) -> dict[str, Any]:
@@ -197,8 +192,8 @@ def assert_same_run(replayed: dict[str, Any], recorded: dict[str, Any]) -> None:
     assert replayed["total_tokens"] == recorded["total_tokens"]
 
 
-def task_log_events(document: dict[str, Any], task_id: str) -> list[str]:
-    logs = Path(os.environ["AGENTLOOM_HOME"]) / "logs"
+def task_log_events(setup: Setup, document: dict[str, Any], task_id: str) -> list[str]:
+    logs = setup.home / "logs"
     (log_file,) = logs.glob(f"dag_id=*/run_id={document['run_id']}/task_id={task_id}/attempt=*.log")
     return [json.loads(line).get("event", "") for line in log_file.read_text().splitlines() if line]
 
@@ -231,7 +226,7 @@ def test_replay_of_a_record_tools_recording_is_offline_and_does_not_run_the_tool
     )
     # The tool step is not recorded: file_write ran again and wrote the same summary.
     assert (setup.work / "summary.txt").read_text(encoding="utf-8") == replayed["final_state"]["summary"]
-    events = task_log_events(replayed, "research")
+    events = task_log_events(setup, replayed, "research")
     (tool_line,) = [event for event in events if event.startswith("Tool call ")]
     assert tool_line == f"Tool call append_note(text={FACT!r}) -> dict of 2 keys, 59 B (replayed)"
 
@@ -257,6 +252,6 @@ def test_replay_of_a_recording_without_record_tools_runs_the_tool_again(
 
     assert setup.ledger.read_text(encoding="utf-8") == FACT + "\n"  # the tool ran, once
     assert_same_run(replayed, recorded)
-    events = task_log_events(replayed, "research")
+    events = task_log_events(setup, replayed, "research")
     (tool_line,) = [event for event in events if event.startswith("Tool call ")]
     assert tool_line.startswith(f"Tool call append_note(text={FACT!r}) -> dict of 2 keys, 59 B, ")

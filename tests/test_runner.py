@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from cli_support import run_cli
+from cli_support import cli_env, run_cli
 
 from airflow_provider_agentloom import WorkflowEngine, WorkflowParser, run_workflow
 from airflow_provider_agentloom.tools import ToolRegistry, tool
@@ -19,8 +19,9 @@ from airflow_provider_agentloom.workflow.results import StepStatus
 DAGS = Path(__file__).parents[1] / "dags"
 
 
-def test_cli_run_prints_progress_and_one_json_document(workdir: Path) -> None:
-    proc = run_cli("run", str(DAGS / "order_pipeline.yaml"), "--json", timeout=180)
+def test_cli_run_prints_progress_and_one_json_document(workdir: Path, warm_home: Path) -> None:
+    env = cli_env(warm_home, warm=True)
+    proc = run_cli("run", str(DAGS / "order_pipeline.yaml"), "--json", env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)  # exactly one JSON document, nothing else on stdout
     assert set(document) >= {
@@ -52,13 +53,14 @@ def test_cli_run_prints_progress_and_one_json_document(workdir: Path) -> None:
     shutil.rmtree(run_folder)
 
 
-def test_cli_run_exit_codes(workdir: Path, tmp_path: Path) -> None:
+def test_cli_run_exit_codes(workdir: Path, tmp_path: Path, warm_home: Path) -> None:
+    env = cli_env(warm_home, warm=True)
     failing = tmp_path / "fails.yaml"
     failing.write_text(
         "name: fails\nsteps:\n  - {id: a, type: tool, tool_name: not_registered}\n"
         "  - {id: b, type: tool, tool_name: shell_command, depends_on: [a], tool_args: {command: 'echo hi'}}\n"
     )
-    failed = run_cli("run", str(failing), "--json", timeout=180)
+    failed = run_cli("run", str(failing), "--json", env=env, timeout=180)
     assert failed.returncode == 1, failed.stderr
     document = json.loads(failed.stdout)
     assert document["status"] == "failed"
@@ -71,10 +73,10 @@ def test_cli_run_exit_codes(workdir: Path, tmp_path: Path) -> None:
     assert "Tool 'not_registered' is not registered" in log_file.read_text(encoding="utf-8")
     assert f"task log: {log_file}" in failed.stderr
     assert document["step_results"]["b"]["log_file"] is None  # never ran
-    usage = run_cli("run", str(failing), "--state", "novalue")
+    usage = run_cli("run", str(failing), "--state", "novalue", env=env)
     assert usage.returncode == 2
     assert "KEY=VALUE" in usage.stderr
-    missing = run_cli("run", "no/such.yaml")
+    missing = run_cli("run", "no/such.yaml", env=env)
     assert missing.returncode == 2
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from airflow_support import run_dag_test, xcom
-from cli_support import run_cli
+from cli_support import cli_env, run_cli
 
 from airflow_provider_agentloom.loader import load_workflows
 
@@ -57,20 +57,24 @@ def test_loader_tools_argument_reaches_tasks(tmp_path: Path) -> None:
     assert xcom(dag_run, "count") == {"words": 3}
 
 
-def test_cli_registers_only_builtins_plus_named_modules(workdir: Path) -> None:
+def test_cli_registers_only_builtins_plus_named_modules(workdir: Path, warm_home: Path) -> None:
+    env = cli_env(warm_home, warm=True)
     (workdir / "my_tools.py").write_text(TOOL_MODULE)
     (workdir / "count.yaml").write_text(WORKFLOW.format(name="cli-tools"))
-    plain = run_cli("run", "count.yaml", "--json", timeout=180)
+    plain = run_cli("run", "count.yaml", "--json", env=env, timeout=180)
     assert plain.returncode == 1
     assert "not registered" in json.loads(plain.stdout)["step_results"]["count"]["error"]
-    named = run_cli("run", "count.yaml", "--json", "--tools", "my_tools", timeout=180)
+    named = run_cli("run", "count.yaml", "--json", "--tools", "my_tools", env=env, timeout=180)
     assert named.returncode == 0, named.stderr
     assert json.loads(named.stdout)["final_state"]["counted"] == {"words": 3}
 
 
-def test_example_18_each_blocked_step_refused_for_its_reason(examples_dir: Path, workdir: Path) -> None:
+def test_example_18_each_blocked_step_refused_for_its_reason(
+    examples_dir: Path, workdir: Path, warm_home: Path
+) -> None:
     Path("/tmp/agentloom").mkdir(exist_ok=True)
-    proc = run_cli("run", str(examples_dir / "18_sandbox_blocked.yaml"), "--json")
+    env = cli_env(warm_home, warm=True)
+    proc = run_cli("run", str(examples_dir / "18_sandbox_blocked.yaml"), "--json", env=env)
     assert proc.returncode == 1, proc.stderr
     steps = json.loads(proc.stdout)["step_results"]
     assert steps["allowed_echo"]["status"] == "success"

@@ -185,9 +185,10 @@ def test_allow_extra_conf_lets_other_keys_through(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.glob("*.ran")) == ["first.ran", "second.ran"]
 
 
-def test_agentloom_run_refuses_an_unknown_state_key(tmp_path: Path) -> None:
+def test_agentloom_run_refuses_an_unknown_state_key(tmp_path: Path, warm_home: Path) -> None:
     path = _write(tmp_path, UNKNOWN_CONF % "false")
-    done = run_cli("run", str(path), "--state", "limt=4", cwd=tmp_path, env=cli_env(tmp_path / "home"))
+    env = cli_env(warm_home, warm=True)
+    done = run_cli("run", str(path), "--state", "limt=4", cwd=tmp_path, env=env)
     assert done.returncode == 2, done.stderr  # a usage error, as any bad argument
     assert (
         "agentloom: error: Unknown --state key 'limt': the workflow's state has no such key (did you mean "

@@ -213,6 +213,8 @@ class AirflowStack:
     extra_env: dict[str, str] = field(default_factory=dict)  # set before start_all (connections…)
     # (username, password) when the stack has real users (SIMPLE_AUTH_MANAGER_ALL_ADMINS off).
     credentials: tuple[str, str] | None = None
+    # On a shared stack: the DAGs each module put in the dags folder, by module.
+    module_dag_ids: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.home = self.base / "airflow-home"
@@ -563,6 +565,156 @@ def require_stack(executor: str = EXECUTOR) -> None:
             )
     if missing:
         pytest.fail(f"the e2e test needs {', '.join(missing)} installed in this environment")
+
+
+# --------------------------------------------------------------------------------------------------
+# One stack shared by several modules
+
+
+@dataclass(frozen=True)
+class StackPart:
+    """What one test module puts on a shared stack (its module-level ``STACK_PART``).
+
+    :param name: the module's label.
+    :param files: the dags folder's files of the module, by name.
+    :param dag_ids: the DAGs that must be listed before the module's tests run.
+    :param executor: the executor it needs; None: any (LocalExecutor unless a module on the same
+        stack needs another).
+    :param repo_dags: whether it needs the repo's ``dags/`` (the examples) and the broken file.
+    :param env: more variables of the components (connections), computed when the stack starts.
+    :param close: called once the stack has stopped (a loopback server the components used).
+    """
+
+    name: str
+    files: dict[str, str]
+    dag_ids: frozenset[str]
+    executor: str | None = None
+    repo_dags: bool = False
+    env: Callable[[], dict[str, str]] | None = None
+    close: Callable[[], None] | None = None
+
+
+SHARED_USERNAME = "admin"
+SHARED_PASSWORD = "e2e-shared-" + uuid.uuid4().hex[:16]
+
+
+class SharedStack:
+    """One stack for the modules of ``parts``: started when the first of them needs it, with every
+    module's files and settings, and stopped as the last of them ends (or at the session's end).
+
+    The stack has real users (the simple auth manager, login required), as the browser module needs;
+    the REST client of the other modules logs in with the same credentials. Its executor is the one
+    a module needs (``STACK_PART.executor``), else LocalExecutor.
+    """
+
+    def __init__(self, base: Path, parts: list[StackPart]) -> None:
+        needed = {part.executor for part in parts if part.executor is not None}
+        assert len(needed) <= 1, f"the modules of one stack need different executors: {needed}"
+        self.executor = needed.pop() if needed else "LocalExecutor"
+        self.base = base
+        self.parts = parts
+        self.left = len(parts)  # modules that have not ended yet
+        self.stack: AirflowStack | None = None
+        self.failed: BaseException | None = None
+        self._running: contextlib.ExitStack | None = None
+
+    def _start(self) -> AirflowStack:
+        require_stack(self.executor)
+        airflow = AirflowStack(self.base, executor=self.executor)
+        if any(part.repo_dags for part in self.parts):
+            airflow.prepare_dags()
+        else:
+            shutil.copy2(REPO_DAGS / "agentloom_dags.py", airflow.dags_folder / "agentloom_dags.py")
+        expected: set[str] = set()
+        for part in self.parts:
+            for name, text in part.files.items():
+                (airflow.dags_folder / name).write_text(text, encoding="utf-8")
+            if part.env is not None:
+                airflow.extra_env.update(part.env())
+            expected |= part.dag_ids
+        airflow.module_dag_ids = {part.name: part.dag_ids for part in self.parts}
+        passwords = self.base / "passwords.json"
+        passwords.write_text(json.dumps({SHARED_USERNAME: SHARED_PASSWORD}), encoding="utf-8")
+        airflow.extra_env.update(
+            {
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{SHARED_USERNAME}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            }
+        )
+        airflow.credentials = (SHARED_USERNAME, SHARED_PASSWORD)
+        names = " + ".join(part.name for part in self.parts)
+        running = contextlib.ExitStack()
+        running.callback(self._close_parts)
+        try:
+            running.enter_context(
+                airflow.running(
+                    f"the DAGs {sorted(expected)} to be listed",
+                    lambda: expected <= set(airflow.dags()),
+                    label=f"e2e-shared ({names})",
+                )
+            )
+        except BaseException:
+            running.close()
+            raise
+        self._running = running
+        return airflow
+
+    def _close_parts(self) -> None:
+        for part in self.parts:
+            if part.close is not None:
+                part.close()
+
+    @contextlib.contextmanager
+    def use(self, part: StackPart) -> Iterator[AirflowStack]:
+        """The stack for one module's tests; the last module to leave stops it."""
+        assert part in self.parts, f"{part.name} is not one of this stack's modules"
+        try:
+            if self.failed is not None:
+                raise RuntimeError(f"the shared stack did not start for an earlier module: {self.failed!r}")
+            if self.stack is None:
+                try:
+                    self.stack = self._start()
+                except _SKIPPED:
+                    raise
+                except BaseException as exc:
+                    self.failed = exc
+                    raise
+            yield self.stack
+        finally:
+            self.left -= 1
+            if self.left <= 0:
+                self.stop()
+
+    def stop(self) -> None:
+        running, self._running, self.stack = self._running, None, None
+        if running is not None:
+            running.close()
+
+
+class SharedStacks:
+    """The session's shared stack, for the selected modules that have a ``STACK_PART``."""
+
+    def __init__(self, session: pytest.Session, tmp_path_factory: pytest.TempPathFactory) -> None:
+        modules = {
+            id(item.module): item.module for item in session.items if isinstance(item, pytest.Function)
+        }
+        self.parts = [
+            part
+            for module in modules.values()
+            if isinstance(part := getattr(module, "STACK_PART", None), StackPart)
+        ]
+        self.tmp_path_factory = tmp_path_factory
+        self.stack: SharedStack | None = None
+
+    def of(self, part: StackPart) -> SharedStack:
+        if self.stack is None:
+            self.stack = SharedStack(self.tmp_path_factory.mktemp("agentloom-e2e-shared"), self.parts)
+        return self.stack
+
+    def stop(self) -> None:
+        if self.stack is not None:
+            self.stack.stop()
 
 
 # --------------------------------------------------------------------------------------------------

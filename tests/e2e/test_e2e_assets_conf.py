@@ -1,7 +1,8 @@
 """End to end on a live Airflow: data-aware scheduling and the unknown-conf-key check, over REST.
 
-One stack (api-server, scheduler, dag-processor; LocalExecutor on a fresh PostgreSQL database) with
-three workflows: a producer whose final step updates an asset, a consumer scheduled on that asset,
+One stack (api-server, scheduler, dag-processor on a fresh PostgreSQL database; LocalExecutor, or
+the Celery worker of the live module it is shared with: ``e2e_support.SharedStack``), with this
+module's three workflows: a producer whose final step updates an asset, a consumer scheduled on that asset,
 and a strict workflow. A producer run triggered through the REST API makes the real scheduler start
 the consumer; a run triggered with a misspelled conf key fails before any step, with the message.
 
@@ -11,13 +12,12 @@ PostgreSQL is not reachable (``AGENTLOOM_E2E_PG_HOST``/``_PORT``, default 127.0.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_support import REPO_DAGS, AirflowStack, require_stack, wait_for
+from e2e_support import AirflowStack, SharedStacks, StackPart, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -55,19 +55,16 @@ steps:
 """
 
 
+STACK_PART = StackPart(
+    "e2e-assets",
+    files={"producer.yaml": PRODUCER_YAML, "consumer.yaml": CONSUMER_YAML, "strict.yaml": STRICT_YAML},
+    dag_ids=frozenset({PRODUCER, CONSUMER, STRICT}),
+)
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
-    require_stack("LocalExecutor")
-    airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e-assets"), executor="LocalExecutor")
-    shutil.copy2(REPO_DAGS / "agentloom_dags.py", airflow.dags_folder / "agentloom_dags.py")
-    for name, text in (("producer", PRODUCER_YAML), ("consumer", CONSUMER_YAML), ("strict", STRICT_YAML)):
-        (airflow.dags_folder / f"{name}.yaml").write_text(text, encoding="utf-8")
-    expected = {PRODUCER, CONSUMER, STRICT}
-    with airflow.running(
-        f"the DAGs {sorted(expected)} to be listed",
-        lambda: expected <= set(airflow.dags()),
-        label="e2e-assets",
-    ):
+def stack(shared_stacks: SharedStacks) -> Iterator[AirflowStack]:
+    with shared_stacks.of(STACK_PART).use(STACK_PART) as airflow:
         yield airflow
 
 

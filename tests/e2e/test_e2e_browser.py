@@ -1,7 +1,8 @@
 """The Airflow UI in a real browser: the AgentLoom run summary and spend tabs, graph labels, Rendered Templates.
 
-A live stack (api-server, scheduler, dag-processor; LocalExecutor on PostgreSQL, see
-``e2e_support.AirflowStack``) with real users (the simple auth manager, login required) runs a
+A live stack (api-server, scheduler, dag-processor on PostgreSQL, see ``e2e_support.AirflowStack``;
+LocalExecutor, or the Celery worker of the live module it is shared with: ``SharedStack``) with
+real users (the simple auth manager, login required) runs a
 workflow with a tool step and an ``llm_call`` on the mock provider, whose reply records tokens and
 a cost. The plugin's pages are checked over HTTP (login enforced, JSON totals, the ``runs`` cap),
 then Debian's chromium, driven by Playwright, logs in through the UI's login page and walks the
@@ -21,7 +22,6 @@ import importlib.util
 import json
 import os
 import re
-import secrets
 import shutil
 import time
 from collections.abc import Iterator
@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from e2e_support import AirflowStack, require_stack
+from e2e_support import SHARED_PASSWORD, SHARED_USERNAME, AirflowStack, SharedStacks, StackPart
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,8 +49,8 @@ CHROMIUM_ARGS = [
 VIEWPORT = {"width": 1280, "height": 800}
 SCREENSHOTS_ENV = "AGENTLOOM_SCREENSHOTS_DIR"
 
-USERNAME = "admin"
-PASSWORD = "ui-tour-" + secrets.token_hex(8)
+USERNAME = SHARED_USERNAME  # the shared stack's user (its password: a new one per session)
+PASSWORD = SHARED_PASSWORD
 
 DAG_ID = "ui-tour"
 RUN_ID = "ui_tour_run_1"
@@ -98,24 +98,18 @@ SUMMARY_PATH = f"/agentloom/dags/{DAG_ID}/runs/{RUN_ID}/summary"
 SPEND_PATH = f"/agentloom/dags/{DAG_ID}/spend"
 
 
+STACK_PART = StackPart(
+    "ui",
+    files={"ui_tour.yaml": WORKFLOW, "ui_tour_replies.json": json.dumps(REPLIES)},
+    dag_ids=frozenset({DAG_ID}),
+    repo_dags=True,  # the DAG list of the screenshots shows the examples too
+)
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
-    require_stack("LocalExecutor")
-    airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-ui"), executor="LocalExecutor")
-    airflow.prepare_dags()
-    (airflow.dags_folder / "ui_tour.yaml").write_text(WORKFLOW, encoding="utf-8")
-    (airflow.dags_folder / "ui_tour_replies.json").write_text(json.dumps(REPLIES), encoding="utf-8")
-    passwords = airflow.base / "passwords.json"
-    passwords.write_text(json.dumps({USERNAME: PASSWORD}), encoding="utf-8")
-    airflow.extra_env.update(
-        {
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        }
-    )
-    airflow.credentials = (USERNAME, PASSWORD)
-    with airflow.running("the ui-tour DAG to be listed", lambda: DAG_ID in airflow.dags(), label="ui"):
+def stack(shared_stacks: SharedStacks) -> Iterator[AirflowStack]:
+    with shared_stacks.of(STACK_PART).use(STACK_PART) as airflow:
+        assert airflow.credentials == (USERNAME, PASSWORD)  # real users: login required
         with airflow.explain_failure():
             for run_id, conf in ((RUN_ID, {}), (SECOND_RUN_ID, {"topic": "the launch plan"})):
                 started = time.monotonic()

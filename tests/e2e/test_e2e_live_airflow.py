@@ -2,7 +2,8 @@
 
 The components run as subprocesses (see ``e2e_support.AirflowStack``) on a fresh database, with a
 dags folder holding a copy of the repo's ``dags/`` (the loader and the example workflows) and one
-broken workflow file. The test talks to Airflow only through its REST API, as a user would.
+broken workflow file. The other live-stack modules share the stack (``e2e_support.SharedStack``):
+their workflows are in the same dags folder. The test talks to Airflow only through its REST API, as a user would.
 
 Run: ``.venv/bin/pytest tests/e2e -m integration -q -s``. It is skipped when PostgreSQL is not
 reachable (``AGENTLOOM_E2E_PG_HOST``/``_PORT``, default 127.0.0.1:5432); set
@@ -20,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import BROKEN_DAG_ID, BROKEN_YAML_NAME, AirflowStack, require_stack, wait_for
+from e2e_support import (
+    BROKEN_DAG_ID,
+    BROKEN_YAML_NAME,
+    EXECUTOR,
+    AirflowStack,
+    SharedStacks,
+    StackPart,
+    wait_for,
+)
 
 _LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
@@ -95,25 +104,46 @@ def _agent_model(request: SeenRequest) -> Reply:
     return kit.text(FINAL_ANSWER)
 
 
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[LoopbackServer]:
-    server = LoopbackServer(_agent_model).start()
-    yield server
-    server.stop()
+_SERVERS: list[LoopbackServer] = []
+
+
+def _model_server() -> LoopbackServer:
+    """The agent's model: started with the stack (its connection names the server's URL)."""
+    if not _SERVERS:
+        _SERVERS.append(LoopbackServer(_agent_model).start())
+    return _SERVERS[0]
+
+
+def _connection() -> dict[str, str]:
+    connection = {"conn_type": "agentloom_llm", "host": _model_server().url, "password": LLM_KEY}
+    return {"AIRFLOW_CONN_E2E_LLM": json.dumps(connection)}
+
+
+def _stop_model_server() -> None:
+    while _SERVERS:
+        _SERVERS.pop().stop()
+
+
+STACK_PART = StackPart(
+    "e2e",
+    files={"e2e_agent.yaml": AGENT_YAML, "e2e_control_flow.yaml": CONTROL_YAML},
+    dag_ids=frozenset({*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG}),
+    executor=EXECUTOR,  # a Celery worker, unless AGENTLOOM_E2E_EXECUTOR says otherwise
+    repo_dags=True,
+    env=_connection,
+    close=_stop_model_server,
+)
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, model_server: LoopbackServer) -> Iterator[AirflowStack]:
-    require_stack()
-    airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e"))
-    airflow.prepare_dags()
-    (airflow.dags_folder / "e2e_agent.yaml").write_text(AGENT_YAML, encoding="utf-8")
-    (airflow.dags_folder / "e2e_control_flow.yaml").write_text(CONTROL_YAML, encoding="utf-8")
-    connection = {"conn_type": "agentloom_llm", "host": model_server.url, "password": LLM_KEY}
-    airflow.extra_env["AIRFLOW_CONN_E2E_LLM"] = json.dumps(connection)
-    expected = {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG}
-    with airflow.running("the example DAGs to be listed", lambda: expected <= set(airflow.dags())):
+def stack(shared_stacks: SharedStacks) -> Iterator[AirflowStack]:
+    with shared_stacks.of(STACK_PART).use(STACK_PART) as airflow:
         yield airflow
+
+
+@pytest.fixture(scope="module")
+def model_server(stack: AirflowStack) -> LoopbackServer:
+    return _model_server()
 
 
 def _run_seconds(run: dict[str, Any]) -> float:
@@ -153,7 +183,11 @@ def test_examples_and_the_broken_file_are_listed(stack: AirflowStack) -> None:
         assert {tag["name"] for tag in placeholder["tags"]} == {"agentloom", "invalid"}
         assert "allowed_command" in placeholder["description"]
         tagged = {dag["dag_id"] for dag in stack.get("/api/v2/dags", tags="agentloom")["dags"]}
-        assert tagged == {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG, BROKEN_DAG_ID}
+        # Every workflow of the dags folder: this module's, the broken one, and the other modules'.
+        others = {
+            dag_id for name, ids in stack.module_dag_ids.items() if name != STACK_PART.name for dag_id in ids
+        }
+        assert tagged == {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG, BROKEN_DAG_ID, *others}
 
         # ... and an import error under the YAML's own path. Each bundle refresh (every 5 s here)
         # clears import errors of non-.py files until the loader is parsed again, so poll.

@@ -1,7 +1,8 @@
 """Rendered Templates and graph labels on a live Airflow, read through its REST API as the UI reads them.
 
-A stack of its own (api-server, scheduler, dag-processor; LocalExecutor on PostgreSQL, see
-``e2e_support.AirflowStack``) runs one workflow: a tool step whose ``tool_args`` use the run's
+A stack (api-server, scheduler, dag-processor on PostgreSQL, see ``e2e_support.AirflowStack``;
+LocalExecutor, or the Celery worker of the live module it is shared with: ``SharedStack``) runs
+this module's workflow: a tool step whose ``tool_args`` use the run's
 ``conf``, then an ``llm_call`` that reaches a loopback OpenAI server through an Airflow
 connection. The run's conf carries a ``redact: true`` token and, as a leak would, the
 connection's API key itself. The REST API's ``rendered_fields`` of each finished task instance
@@ -14,14 +15,13 @@ PostgreSQL is not reachable.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import REPO_DAGS, AirflowStack, require_stack
+from e2e_support import AirflowStack, SharedStacks, StackPart
 
 _LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
@@ -63,24 +63,44 @@ def _model(_request: SeenRequest) -> Reply:
     return OpenAIKit().text(ANSWER)
 
 
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[LoopbackServer]:
-    server = LoopbackServer(_model).start()
-    yield server
-    server.stop()
+_SERVERS: list[LoopbackServer] = []
+
+
+def _model_server() -> LoopbackServer:
+    """The module's model: started with the stack (its connection names the server's URL)."""
+    if not _SERVERS:
+        _SERVERS.append(LoopbackServer(_model).start())
+    return _SERVERS[0]
+
+
+def _connection() -> dict[str, str]:
+    connection = {"conn_type": "agentloom_llm", "host": _model_server().url, "password": LLM_KEY}
+    return {"AIRFLOW_CONN_E2E_RENDERED_LLM": json.dumps(connection)}
+
+
+def _stop_model_server() -> None:
+    while _SERVERS:
+        _SERVERS.pop().stop()
+
+
+STACK_PART = StackPart(
+    "e2e-rendered",
+    files={"e2e_rendered.yaml": WORKFLOW},
+    dag_ids=frozenset({DAG_ID}),
+    env=_connection,
+    close=_stop_model_server,
+)
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, model_server: LoopbackServer) -> Iterator[AirflowStack]:
-    require_stack("LocalExecutor")
-    airflow = AirflowStack(tmp_path_factory.mktemp("agentloom-e2e-rendered"), executor="LocalExecutor")
-    for loader in REPO_DAGS.glob("*.py"):  # the loader only: this stack parses one workflow
-        shutil.copy2(loader, airflow.dags_folder / loader.name)
-    (airflow.dags_folder / "e2e_rendered.yaml").write_text(WORKFLOW, encoding="utf-8")
-    connection = {"conn_type": "agentloom_llm", "host": model_server.url, "password": LLM_KEY}
-    airflow.extra_env["AIRFLOW_CONN_E2E_RENDERED_LLM"] = json.dumps(connection)
-    with airflow.running("the DAG to be listed", lambda: DAG_ID in airflow.dags(), label="e2e-rendered"):
+def stack(shared_stacks: SharedStacks) -> Iterator[AirflowStack]:
+    with shared_stacks.of(STACK_PART).use(STACK_PART) as airflow:
         yield airflow
+
+
+@pytest.fixture(scope="module")
+def model_server(stack: AirflowStack) -> LoopbackServer:
+    return _model_server()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ values included), and a top-level one is a string param with ``format: date`` / 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -83,10 +82,12 @@ def test_a_step_reads_the_iso_strings_in_airflow(tmp_path: Path) -> None:
     assert xcom(dag_run, "show") == SHOWN
 
 
-def test_agentloom_run_reads_the_iso_strings_and_takes_a_date_override(tmp_path: Path) -> None:
+def test_agentloom_run_reads_the_iso_strings_and_takes_a_date_override(
+    tmp_path: Path, warm_home: Path
+) -> None:
     path = tmp_path / "dated.yaml"
     path.write_text(DATED)
-    env = cli_env(os.environ["AGENTLOOM_HOME"], TESTS)  # the session's home, migrated once
+    env = cli_env(warm_home, TESTS, warm=True)
     proc = run_cli(
         "run", str(path), "--json", "--tools", "spine_tools:echo_args", "--state", "since=2026-03-01",
         cwd=tmp_path, env=env,

@@ -70,7 +70,7 @@ def _check(step_results: dict[str, Any], final_state: dict[str, Any]) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_text_stays_text_through_cli_json(tmp_path: Path) -> None:
+def test_text_stays_text_through_cli_json(tmp_path: Path, warm_home: Path) -> None:
     (tmp_path / "flow.yaml").write_text(_workflow(tmp_path), encoding="utf-8")
     proc = run_cli(
         "run",
@@ -79,7 +79,7 @@ def test_text_stays_text_through_cli_json(tmp_path: Path) -> None:
         "--tools",
         "runner_tools",
         cwd=tmp_path,
-        env=cli_env(tmp_path / "home", HERE),
+        env=cli_env(warm_home, HERE, warm=True),
         timeout=170,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -8,12 +8,16 @@ Opt-in host map, for a test that serves a public host's URLs from a loopback ser
 answers its loopback address, and a connection to that address's port 443 (the name's ``https``
 URLs) goes to ``PORT``. Every other name is still refused, and without the variable nothing changes.
 A malformed map is reported on stderr and ignored (the plain guard stays).
+
+The map is read again whenever the variable changes: a warm runner's run process (a fork of a
+runner started by another test's client) takes its client's environment after start-up.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 
 _real_getaddrinfo = socket.getaddrinfo
 _real_connect = socket.socket.connect
@@ -42,11 +46,27 @@ def _host_map(text):
 
 
 _NAMES, _REDIRECTS = {}, {}
+_READ = [""]  # the variable's text the current map was read from
+
+
+def _current():
+    """The map of the current ``AGENTLOOM_TEST_HOST_MAP`` (read again when it changed)."""
+    global _NAMES, _REDIRECTS
+    text = os.environ.get("AGENTLOOM_TEST_HOST_MAP", "")
+    if text != _READ[0]:
+        _READ[0] = text
+        try:
+            _NAMES, _REDIRECTS = _host_map(text)
+        except ValueError as exc:
+            _NAMES, _REDIRECTS = {}, {}
+            print(exc, file=sys.stderr)
+    return _NAMES, _REDIRECTS
 
 
 def _getaddrinfo(host, *args, **kwargs):
-    if host is not None and _name(host).lower() in _NAMES:
-        host = _NAMES[_name(host).lower()]
+    names, _ = _current()
+    if host is not None and _name(host).lower() in names:
+        host = names[_name(host).lower()]
     if host is not None and not _loopback(host):
         raise socket.gaierror(
             socket.EAI_NONAME, f"test network guard: DNS look-up of {_name(host)!r} refused"
@@ -57,8 +77,9 @@ def _getaddrinfo(host, *args, **kwargs):
 def _connect(sock, address):
     if isinstance(address, tuple) and not _loopback(address[0]):
         raise OSError(f"test network guard: connection to {address!r} refused")
-    if isinstance(address, tuple) and (address[0], address[1]) in _REDIRECTS:
-        address = (address[0], _REDIRECTS[(address[0], address[1])], *address[2:])
+    _, redirects = _current()
+    if isinstance(address, tuple) and (address[0], address[1]) in redirects:
+        address = (address[0], redirects[(address[0], address[1])], *address[2:])
     return _real_connect(sock, address)
 
 
@@ -66,4 +87,5 @@ socket.getaddrinfo = _getaddrinfo
 socket.socket.connect = _connect
 # After the guard is in place: Python reports an error of sitecustomize on stderr and goes on, so a
 # bad map leaves the plain guard, never none.
-_NAMES, _REDIRECTS = _host_map(os.environ.get("AGENTLOOM_TEST_HOST_MAP", ""))
+_READ[0] = os.environ.get("AGENTLOOM_TEST_HOST_MAP", "")
+_NAMES, _REDIRECTS = _host_map(_READ[0])
