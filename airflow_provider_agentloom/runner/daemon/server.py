@@ -310,11 +310,21 @@ def _take_over(request: dict[str, Any], fds: list[int]) -> None:  # pragma: no c
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(str(request.get("cwd") or "/"))
-    home_settings = {key: value for key, value in os.environ.items() if key.startswith("AIRFLOW")}
+    # The home's Airflow settings (read once, at import: the fingerprint covers them). Not the
+    # runner's AIRFLOW_CONN_*/AIRFLOW_VAR_*: those are read at each use, and are the client's.
+    home_settings = {
+        key: value
+        for key, value in os.environ.items()
+        if key.startswith("AIRFLOW__") or key in ("AIRFLOW_HOME", "AIRFLOW_CONFIG")
+    }
+    started_with = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in dict(request.get("env") or {}).items()})
     os.environ.update(home_settings)  # the runner's home, whatever the client's shell says
     entries = [*str(os.environ.get("PYTHONPATH", "")).split(os.pathsep), *list(request.get("path") or [])]
+    for entry in started_with:  # the first client's import path is not this client's
+        while entry not in entries and entry in sys.path:
+            sys.path.remove(entry)
     for entry in reversed(entries):
         if entry and entry not in sys.path:
             sys.path.insert(0, entry)
