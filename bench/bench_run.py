@@ -95,10 +95,10 @@ def step_times(home: Path, templates: Path, cwd: Path) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="2 rounds")
+    parser.add_argument("--quick", action="store_true", help="1 round (the CI ratio guard)")
     parser.add_argument("--json", metavar="PATH", help="write the figures (bench/contract.py)")
     args = parser.parse_args()
-    rounds = 2 if args.quick else args.runs
+    rounds = 1 if args.quick else args.runs
 
     with tempfile.TemporaryDirectory(prefix="bench-run-") as folder:
         work = Path(folder)
