@@ -304,9 +304,14 @@ def test_router_subworkflow_and_approval_gate_answered_through_the_rest_api(stac
         stack.trigger(CONTROL_DAG, run_id, {"amount": 500})
 
         # The gate waits in awaiting_input (no worker slot), listed by the hitlDetails endpoint.
+        # Its task writes the details a moment before its state changes: wait for both.
         def waiting() -> dict[str, Any] | None:
             listed = stack.get(f"/api/v2/dags/{CONTROL_DAG}/dagRuns/{run_id}/hitlDetails")
-            pending = [d for d in listed["hitl_details"] if not d["response_received"]]
+            pending = [
+                d
+                for d in listed["hitl_details"]
+                if not d["response_received"] and d["task_instance"]["state"] == "awaiting_input"
+            ]
             return pending[0] if pending else None
 
         detail = wait_for("the approval gate to wait for an answer", waiting, timeout=150)
