@@ -93,16 +93,17 @@ def _through_warm_runner(argv: list[str]) -> int | None:
     ``AGENTLOOM_NO_DAEMON=1``, or ``--help``.
     """
     from airflow_provider_agentloom.runner.daemon import client, protocol
+    from airflow_provider_agentloom.runner.home import default_home
 
     if not argv or argv[0] not in _WARM_COMMANDS or "--no-daemon" in argv:
         return None
-    if os.environ.get(protocol.NO_DAEMON_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if protocol.daemon_disabled():
         return None
     if any(arg in ("-h", "--help") for arg in argv):
         return None
     home = _home_argument(argv)
     try:
-        return client.run_command(argv, home if home is not None else client.default_home())
+        return client.run_command(argv, home if home is not None else default_home())
     except client.RunnerUnavailable as exc:
         print(f"agentloom: {exc}", file=sys.stderr)
         _print_failure(argparse.Namespace(json="--json" in argv), str(exc))
@@ -588,8 +589,9 @@ def _runs(args: argparse.Namespace) -> int:
 def _stop(args: argparse.Namespace) -> int:
     """Stop the home's warm runner (its runs in progress end first)."""
     from airflow_provider_agentloom.runner.daemon import client
+    from airflow_provider_agentloom.runner.home import default_home
 
-    home = Path(args.home).expanduser().resolve() if args.home else client.default_home()
+    home = Path(args.home).expanduser().resolve() if args.home else default_home()
     reply = client.stop(home)
     if reply is None:
         print(f"No warm runner runs for {home}.")

@@ -68,9 +68,10 @@ def run_workflow(
         ``KeyboardInterrupt`` at once.
     """
     if _use_runner(daemon):
-        from airflow_provider_agentloom.runner.daemon import client, remote
+        from airflow_provider_agentloom.runner.daemon import remote
+        from airflow_provider_agentloom.runner.home import default_home
 
-        root = Path(home).expanduser().resolve() if home is not None else client.default_home()
+        root = Path(home).expanduser().resolve() if home is not None else default_home()
         arguments = {
             "workflow": workflow if not isinstance(workflow, os.PathLike) else os.fspath(workflow),
             "tools": list(tools),
@@ -139,9 +140,9 @@ def run_workflow(
 def _use_runner(daemon: bool | None) -> bool:
     if daemon is not None:
         return daemon
-    from airflow_provider_agentloom.runner.daemon.protocol import NO_DAEMON_ENV
+    from airflow_provider_agentloom.runner.daemon.protocol import daemon_disabled
 
-    return os.environ.get(NO_DAEMON_ENV, "").strip().lower() not in ("1", "true", "yes")
+    return not daemon_disabled()
 
 
 def _run_context_of(dag: Any, workflow: Workflow) -> Any:

@@ -8,7 +8,6 @@ hang-up (clean stop, exit 0) or until a component dies (its log's tail, the rest
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -126,7 +125,7 @@ def _keep_runner_warm(runner_home: Path) -> bool | None:
     """
     from airflow_provider_agentloom.runner.daemon import client, protocol
 
-    if os.environ.get(protocol.NO_DAEMON_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if protocol.daemon_disabled():
         return None
     try:
         return client.ensure_running(runner_home, idle_timeout=0)

@@ -31,15 +31,6 @@ class RunnerUnavailable(RuntimeError):
     """Raised when the home's runner cannot be started or ended before answering."""
 
 
-def default_home() -> Path:
-    """The home ``agentloom`` uses without ``--home`` (the same rule as :func:`..home.default_home`)."""
-    explicit = os.environ.get("AGENTLOOM_HOME")
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return (Path(cache) / "agentloom" / "airflow-home").resolve()
-
-
 def connect(home: Path) -> socket.socket | None:
     """A connection to the home's runner, or None when none runs."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

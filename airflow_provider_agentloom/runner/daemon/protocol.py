@@ -38,6 +38,11 @@ DEFAULT_IDLE_TIMEOUT = 900.0
 NO_DAEMON_ENV = "AGENTLOOM_NO_DAEMON"
 
 
+def daemon_disabled() -> bool:
+    """Whether ``AGENTLOOM_NO_DAEMON`` asks every run to stay in its calling process."""
+    return os.environ.get(NO_DAEMON_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 class ProtocolError(RuntimeError):
     """Raised when the other side closed the connection or sent something unreadable."""
 
