@@ -4,6 +4,13 @@ It polls the metadata database for gates parked in ``awaiting_input`` and answer
 REST API does (``runner.approvals.answer_gate``), and can apply the scheduler's timeout sweep.
 After an error, or past its deadline, it fails the waiting task instances instead, so that
 ``dag.test()`` returns and no test can hang.
+
+``dag.test()`` writes a task's final state itself once the task process has returned
+(``ti.set_state(result.state)`` in ``airflow.sdk.definitions.dag._run_task``), a moment after
+the task parked itself through the Execution API. An answer given in that moment is
+overwritten: the gate is back in ``awaiting_input`` with its response recorded. The real
+scheduler never does this (nor does ``agentloom run``), so the responder hands such a gate its
+recorded answer (or the timeout sweep's default) again, as the triggerer would.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ class GateResponder(threading.Thread):
             for gate in waiting_gates(session, dag_id=self.dag_id):
                 self.subjects[gate.task_id] = gate.subject
                 self.bodies[gate.task_id] = gate.body
+                if _resume_answered(session, gate):
+                    continue
                 if gate.task_id in self.answers:
                     approve = self.answers.pop(gate.task_id)
                     answer_gate(
@@ -87,6 +96,37 @@ class GateResponder(threading.Thread):
                 )
                 .values(state=TaskInstanceState.FAILED)
             )
+
+
+def _resume_answered(session: Any, gate: Any) -> bool:
+    """Submit the recorded answer (or timeout default) of a gate ``dag.test()`` parked again.
+
+    See the module doc; True when the gate had an answer.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.trigger import handle_event_submit
+    from airflow.triggers.base import TriggerEvent
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+    from sqlalchemy.orm import joinedload
+
+    ti = session.scalar(
+        select(TaskInstance)
+        .where(
+            TaskInstance.dag_id == gate.dag_id,
+            TaskInstance.run_id == gate.run_id,
+            TaskInstance.task_id == gate.task_id,
+            TaskInstance.map_index == gate.map_index,
+        )
+        .options(joinedload(TaskInstance.hitl_detail))
+    )
+    detail = ti.hitl_detail if ti is not None else None
+    if detail is None or not detail.response_received or ti.state != TaskInstanceState.AWAITING_INPUT:
+        return False
+    event = TriggerEvent(detail.as_resume_event_payload())  # type: ignore[no-untyped-call]
+    handle_event_submit(event, task_instance=ti, session=session)
+    session.commit()
+    return True
 
 
 @contextmanager

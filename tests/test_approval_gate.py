@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,29 @@ def test_reject_is_data_and_downstream_runs(rejected: dict[str, Any]) -> None:
     assert rejected["states"]["finalise"] == ("success", 1)
     assert xcom(rejected["dag_run"], "finalise") == {"decision": "rejected", "gate": "rejected"}
     assert rejected["result"].final_state["decision"] == "rejected"
+
+
+def test_an_answer_dag_test_overwrote_is_given_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dag.test() writes the gate's parked state after the task returns; an answer in between is kept.
+
+    Under load, the responder can answer between the task parking itself and ``dag.test()``
+    writing that state again; the pause below makes that window certain.
+    """
+    from airflow.sdk.execution_time import supervisor
+
+    run_in_process = supervisor.run_task_in_process
+
+    def slow_to_return(*args: Any, **kwargs: Any) -> Any:
+        result = run_in_process(*args, **kwargs)
+        if result.ti.state == "awaiting_input":
+            time.sleep(1.0)  # the responder polls every 0.2 s: it answers in this pause
+        return result
+
+    monkeypatch.setattr(supervisor, "run_task_in_process", slow_to_return)
+    run = _run(_gated("gate_overwritten"), tmp_path, {"approve": True}, deadline=60.0)
+    assert run["thread"].answered == ["approve"]
+    assert run["states"]["approve"] == ("success", 1)
+    assert xcom(run["dag_run"], "finalise")["decision"] == "approved"
 
 
 def test_gate_dag_serializes_with_response_timeout(tmp_path: Path) -> None:
