@@ -129,9 +129,24 @@ def _resume_answered(session: Any, gate: Any) -> bool:
     return True
 
 
+def _import_the_models() -> None:
+    """Define and configure every Airflow model before the responder's thread starts.
+
+    Otherwise the thread's first query configures the mappers (SQLAlchemy's configure lock, then
+    ``import_all_models``' import locks) while ``dag.test()`` imports a model module (an import
+    lock, then the configure lock as its class is declared): each waits for the other for ever.
+    """
+    from airflow.models import import_all_models
+    from sqlalchemy.orm import configure_mappers
+
+    import_all_models()  # type: ignore[no-untyped-call]
+    configure_mappers()
+
+
 @contextmanager
 def responder(dag_id: str, answers: Mapping[str, bool], **kwargs: Any) -> Iterator[GateResponder]:
     """Run a :class:`GateResponder` while the block (a ``dag.test()``) runs; raise what it met."""
+    _import_the_models()
     thread = GateResponder(dag_id, answers, **kwargs)
     thread.start()
     try:

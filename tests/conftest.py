@@ -57,8 +57,71 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # And the session home's, which a CLI started with the session's own environment would use.
     for home in sorted({*WARM_HOMES, _HOME.resolve()}):
         client.stop(home)
-    for place in [_HOME, *(p for p in _FIXED_PLACES if p not in _FIXED_PLACES_BEFORE)]:
+    shutil.rmtree(_HOME, ignore_errors=True)
+    if hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker: the other worker may still use the fixed places
+    for place in (p for p in _FIXED_PLACES if p not in _FIXED_PLACES_BEFORE):
         shutil.rmtree(place, ignore_errors=True)
+
+
+# Under pytest-xdist, the tests that share one of these run on one worker, one group after another
+# (``pytest_xdist_make_scheduler``): the live-stack modules run one Airflow stack at a time
+# (``e2e/conftest.py``), and the example table's last test renders the rows run before it.
+_ONE_WORKER_GROUPS = {"tests/e2e/": "live-stack", "tests/test_examples_mock.py": "examples-table"}
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work ``nodeid`` is sent to a worker in: a group above, its module, or itself.
+
+    A module with a module- or class-scoped fixture is one unit, so its fixture is set up once (on
+    one worker) rather than once on each; any other test is a unit of its own.
+    """
+    for prefix, group in _ONE_WORKER_GROUPS.items():
+        if nodeid.startswith(prefix):
+            return group
+    module = nodeid.partition("::")[0]
+    return module if _shares_fixtures(module) else nodeid
+
+
+def _shares_fixtures(module: str) -> bool:
+    if module not in _SHARING:
+        try:
+            text = (ROOT / module).read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        _SHARING[module] = 'scope="module"' in text or 'scope="class"' in text
+    return _SHARING[module]
+
+
+_SHARING: dict[str, bool] = {}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the one-worker groups come first (the longest units, started first)."""
+    if not hasattr(config, "workerinput"):
+        return
+    order = list(_ONE_WORKER_GROUPS.values())
+    items.sort(
+        key=lambda item: order.index(scope) if (scope := xdist_scope(item.nodeid)) in order else len(order)
+    )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist=loadscope`` (``pyproject.toml``) with :func:`xdist_scope` as its scope.
+
+    Our own: pytest-xdist's ``loadgroup`` marks do not take with pytest 9.2 (it renames
+    ``item._nodeid``, which ``Item.nodeid`` no longer reads).
+    """
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return SharedFixtureScheduling(config, log)
 
 
 def _is_loopback(address: Any) -> bool:

@@ -337,7 +337,8 @@ CASES: dict[str, Expect] = {
     "35": Expect("success", "llm_call with a model tool call, on its committed fixture"),
 }
 
-# What each row's run did, for docs/compatibility.md (the last test renders it).
+# What each row's run did, for docs/compatibility.md (the last test renders it). The rows and that
+# test share this process: under pytest-xdist the whole module runs on one worker (conftest.py).
 OUTCOMES: dict[str, Outcome] = {}
 
 # Examples left out of the table above, with the reason.

@@ -8,6 +8,7 @@ hang-up (clean stop, exit 0) or until a component dies (its log's tail, the rest
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -118,7 +119,8 @@ def serve(options: ServeOptions, cwd: Path) -> int:
 
 
 def _keep_runner_warm(runner_home: Path) -> bool | None:
-    """Keep the warm runner of ``agentloom run``'s home up while serving (no idle timeout).
+    """Keep the warm runner of ``agentloom run``'s home up while serving (no idle timeout; it stops
+    when serve ends, even by ``kill -9``).
 
     True when serve started it (and stops it at the end), False when one already ran, None when
     ``AGENTLOOM_NO_DAEMON`` is set or it could not start (``agentloom run`` then starts its own).
@@ -128,7 +130,7 @@ def _keep_runner_warm(runner_home: Path) -> bool | None:
     if protocol.daemon_disabled():
         return None
     try:
-        return client.ensure_running(runner_home, idle_timeout=0)
+        return client.ensure_running(runner_home, idle_timeout=0, owner=os.getpid())
     except client.RunnerUnavailable as exc:
         _say(f"The warm runner did not start ({exc})")
         return None

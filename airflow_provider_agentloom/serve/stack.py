@@ -88,6 +88,14 @@ class Stack:
     components: list[Component] = field(default_factory=list)
     watchdog_process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def sessions_file(self) -> Path:
+        """Where the components' session ids are, for the watchdog (written by :meth:`start`)."""
+        return self.logs / "component-sessions"
+
+    def sessions(self) -> frozenset[int]:
+        return frozenset(component.process.pid for component in self.components)
+
     def run_once(self, name: str, args: list[str], stop: Callable[[], bool]) -> int | None:
         """Run ``airflow ARGS`` to its end (``db migrate``); None when ``stop`` asked to quit first."""
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -117,10 +125,14 @@ class Stack:
 
     def start_watchdog(self, grace: float) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.sessions_file.unlink(missing_ok=True)  # an earlier serve's: those sessions are gone
         env = {key: value for key, value in self.env.items() if key != watchdog.MARKER_VARIABLE}
         with (self.logs / "watchdog.log").open("ab") as log:
             self.watchdog_process = subprocess.Popen(
-                [sys.executable, "-I", "-S", watchdog.__file__, str(os.getpid()), self.serve_id, str(grace)],
+                [
+                    *(sys.executable, "-I", "-S", watchdog.__file__),
+                    *(str(os.getpid()), self.serve_id, str(grace), str(self.sessions_file)),
+                ],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -134,6 +146,8 @@ class Stack:
             log_path = self.logs / f"{name}.log"
             log_file = log_path.open("wb")
             self.components.append(Component(name, self._spawn([name], log_file), log_path, log_file))
+        # Each component leads a session of its own: the watchdog stops every process in them.
+        self.sessions_file.write_text("".join(f"{c.process.pid}\n" for c in self.components))
 
     def dead_component(self) -> Component | None:
         return next((c for c in self.components if c.exit_code is not None), None)
@@ -169,7 +183,7 @@ class Stack:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 component.process.wait(timeout=10)
             component.log_file.close()
-        left = watchdog.stop_marked(self.serve_id, grace=0)
+        left = watchdog.stop_marked(self.serve_id, grace=0, sessions=self.sessions())
         if left:
             notes.append(f"killed {len(left)} leftover process(es): {left}")
         self.stop_watchdog()

@@ -293,7 +293,7 @@ def test_the_python_api_runs_in_the_runner_even_where_airflow_is_configured_else
         _stop_and_check_nothing_left(home, marker)
 
 
-def test_a_runner_kept_warm_as_serve_keeps_it_has_no_idle_timeout_and_serves_the_cli(
+def test_a_runner_kept_warm_as_serve_keeps_it_has_no_idle_timeout_serves_the_cli_and_ends_with_serve(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "flow.yaml").write_text(TWO_STEPS)
@@ -303,12 +303,23 @@ def test_a_runner_kept_warm_as_serve_keeps_it_has_no_idle_timeout_and_serves_the
         monkeypatch.delenv(name)
     for name, value in cli_env(home, warm=True, AGENTLOOM_TEST_MARKER=marker).items():
         monkeypatch.setenv(name, value)
+    serve = subprocess.Popen(["sleep", marker])  # the owner: serve, which may be killed with -9
     try:
-        assert client.ensure_running(home, idle_timeout=0) is True
+        assert client.ensure_running(home, idle_timeout=0, owner=serve.pid) is True
         assert client.ensure_running(home, idle_timeout=0) is False
         with _run(tmp_path, home, marker) as cli:
             _finished(cli)
         assert _status(home)["idle_timeout"] == 0
         assert _starts(home) == 1
+        runner = _runner_pid(home)
+
+        serve.kill()
+        serve.wait()
+        wait_for(lambda: is_gone(runner), 30, "the runner to stop after its owner ended")
+        assert client.connect(home) is None
+        log = (home / "runner" / "runner.log").read_text()
+        assert f"The process it was kept warm for (pid {serve.pid}) ended: the runner stops" in log
     finally:
+        serve.kill()
+        serve.wait()
         _stop_and_check_nothing_left(home, marker)

@@ -98,10 +98,11 @@ def connect_or_start(home: Path) -> socket.socket:
     raise RunnerUnavailable(_ended_message(home, "at start-up"))
 
 
-def ensure_running(home: Path, *, idle_timeout: float | None = None) -> bool:
+def ensure_running(home: Path, *, idle_timeout: float | None = None, owner: int | None = None) -> bool:
     """Start the home's runner unless one runs; True when this call started it.
 
-    It warms up in the background (``agentloom serve`` keeps one, with no idle timeout).
+    It warms up in the background (``agentloom serve`` keeps one, with no idle timeout, that stops
+    when its ``owner`` process ends).
     """
     sock = connect(home)
     if sock is not None:
@@ -115,15 +116,17 @@ def ensure_running(home: Path, *, idle_timeout: float | None = None) -> bool:
         if sock is not None:
             sock.close()
             return False
-        _launch(home, idle_timeout)
+        _launch(home, idle_timeout, owner)
     return True
 
 
-def _launch(home: Path, idle_timeout: float | None = None) -> None:
+def _launch(home: Path, idle_timeout: float | None = None, owner: int | None = None) -> None:
     """Start the home's runner; return once it holds the home's socket (or another one does)."""
     command = [sys.executable, "-m", "airflow_provider_agentloom.runner.daemon", "--home", str(home)]
     if idle_timeout is not None:
         command += ["--idle-timeout", str(idle_timeout)]
+    if owner is not None:
+        command += ["--owner", str(owner)]
     try:
         code = subprocess.run(
             command,

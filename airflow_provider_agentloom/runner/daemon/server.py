@@ -57,12 +57,17 @@ class WarmRunner:
 
     :param home: the runner's private Airflow home.
     :param idle_timeout: seconds without a run before it stops (``0``: never).
+    :param owner: the process it is kept warm for (``agentloom serve``): it stops when that one
+        ends, however it ends, so a ``kill -9`` of serve leaves no runner behind.
     """
 
-    def __init__(self, home: Path, idle_timeout: float) -> None:
+    def __init__(self, home: Path, idle_timeout: float, owner: int | None = None) -> None:
         self.home = home
         self.folder = protocol.runner_folder(home)
         self.idle_timeout = idle_timeout
+        self.owner = owner
+        # A pidfd turns readable when the owner ends and never names a later process of its pid.
+        self._owner_fd: int | None = os.pidfd_open(owner) if owner is not None else None
         self.fingerprint = protocol.fingerprint()
         self.children: dict[int, float] = {}
         self.retiring = False
@@ -137,11 +142,14 @@ class WarmRunner:
             if self.retiring and not self.children:
                 return
             listener = self._listener
-            if listener is None:
-                time.sleep(_ACCEPT_POLL_SECONDS)
-                continue
-            readable, _, _ = select.select([listener], [], [], _ACCEPT_POLL_SECONDS)
-            if readable:
+            watched = [fd for fd in (listener, self._owner_fd) if fd is not None]
+            readable, _, _ = select.select(watched, [], [], _ACCEPT_POLL_SECONDS)
+            if self._owner_fd is not None and self._owner_fd in readable:
+                _say(f"The process it was kept warm for (pid {self.owner}) ended: the runner stops")
+                os.close(self._owner_fd)
+                self._owner_fd = None
+                self.retire()
+            elif listener is not None and readable:
                 with contextlib.suppress(OSError):
                     connection, _ = listener.accept()
                     self._handle(connection)
@@ -279,6 +287,8 @@ def _run_in_child(
         runner._listener.close()
     if runner._lock_file is not None:
         runner._lock_file.close()
+    if runner._owner_fd is not None:
+        os.close(runner._owner_fd)
     os.setpgid(0, 0)
     _forget_database_connections()
     _take_over(request, fds)
@@ -351,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agentloom-runner")
     parser.add_argument("--home", required=True)
     parser.add_argument("--idle-timeout", type=float, default=None)
+    parser.add_argument("--owner", type=int, default=None)
     args = parser.parse_args(argv)
     home = Path(args.home).resolve()
     idle = protocol.idle_timeout() if args.idle_timeout is None else max(0.0, args.idle_timeout)
@@ -362,8 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         return {b"ok": 0, b"busy": 3}.get(answer, 1)
     os.close(read_fd)
     os.setsid()
-    runner = WarmRunner(home, idle)
     try:
+        runner = WarmRunner(home, idle, owner=args.owner)
         runner.claim()
     except RunnerBusy:
         os.write(write_fd, b"busy")
