@@ -87,4 +87,4 @@ def test_without_the_sessions_a_process_without_the_serve_id_is_not_found(tmp_pa
             assert handle.read() == b""
     finally:
         kill_marked(marker)
-    assert processes_with(marker) == []
+    assert wait_for_processes(marker, present=False) == []
