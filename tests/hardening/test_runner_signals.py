@@ -77,7 +77,27 @@ def _wait_until_both_steps_run(folder: Path, cli: CliRun) -> None:
 
 
 def _nothing_left(marker: str) -> None:
-    wait_for(lambda: not processes_with(marker), 3, f"the run's processes to end: {processes_with(marker)}")
+    deadline = time.monotonic() + 3
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    left = processes_with(marker)
+    assert not left, "the run's processes did not end in 3 s:\n" + "\n".join(map(_described, left))
+
+
+def _described(pid: int) -> str:
+    """``pid``, its state, parent and command line (what a failure needs to be understood)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        with open(f"/proc/{pid}/wchan", "rb") as wchan:
+            waiting = wchan.read().decode(errors="replace")
+    except OSError as exc:
+        return f"{pid}: gone while described ({exc})"
+    return (
+        f"{pid}: state {fields[0].decode()}, parent {fields[1].decode()}, waiting in {waiting!r}: {command}"
+    )
 
 
 def _run_id(home: Path, dag_id: str = "interrupted") -> str:
