@@ -38,7 +38,7 @@ def add_serve_command(commands: Any) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from airflow_provider_agentloom.cli import EXIT_FAILED, UsageError
-    from airflow_provider_agentloom.serve import ServeError, ServeOptions, ServeUsageError, serve
+    from airflow_provider_agentloom.serve.lifecycle import ServeError, ServeOptions, ServeUsageError, serve
 
     options = ServeOptions(dags_folder=args.dags_folder, port=args.port, db=args.db, home=args.home)
     try:

@@ -1,0 +1,208 @@
+"""``agentloom serve``: a local Airflow (api-server, scheduler, dag-processor, triggerer) on a dags folder.
+
+The order, so that a refusal leaves nothing behind: check the arguments, the port and the home
+(:mod:`.prepare`); place the loader; migrate the database; start the components (:mod:`.stack`);
+print the URL and login once the api-server answers; then watch until Ctrl-C, SIGTERM or a
+hang-up (clean stop, exit 0) or until a component dies (its log's tail, the rest stopped, exit 1).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from types import FrameType
+
+from airflow_provider_agentloom.serve import prepare
+from airflow_provider_agentloom.serve.prepare import ServeError, ServeHome, ServeUsageError
+from airflow_provider_agentloom.serve.stack import COMPONENTS, Stack, tail
+
+__all__ = ["ServeError", "ServeOptions", "ServeUsageError", "serve"]
+
+STOP_GRACE_SECONDS = 20.0
+READY_TIMEOUT_SECONDS = 300.0
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """The command line of ``agentloom serve``."""
+
+    dags_folder: str | None
+    port: str
+    db: str | None
+    home: str | None
+
+
+class _Signals:
+    """The stop signals received: the first asks for a clean stop, a second one for a kill."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def install(self) -> None:
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+
+    def stop(self) -> bool:
+        return bool(self.received)
+
+    def forced(self) -> bool:
+        return len(self.received) > 1
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def serve(options: ServeOptions, cwd: Path) -> int:
+    """Serve until stopped; return the exit code (0 after a clean stop, 1 when a component died)."""
+    from airflow_provider_agentloom.runner.home import default_home
+
+    started = time.monotonic()
+    dags = prepare.dags_folder(options.dags_folder, cwd)
+    port = prepare.port_number(options.port)
+    database = prepare.database_url(options.db) if options.db else None
+    prepare.check_port_free(port)
+    home = ServeHome(
+        (Path(options.home).expanduser() if options.home else default_home()).resolve() / "serve"
+    )
+    lock = prepare.lock_home(home)  # noqa: F841 - held until the process ends
+    signals = _Signals()
+    signals.install()
+    loader, written = prepare.place_loader(dags)
+    if written:
+        _say(f"{dags} had no AgentLoom loader: wrote {loader} (an Airflow DAG file; keep it or delete it)")
+    home.logs.mkdir(parents=True, exist_ok=True)
+    password = prepare.login_password(home)
+    serve_id = uuid.uuid4().hex
+    ports = prepare.Ports(api=port, worker_logs=prepare.free_port(), trigger_logs=prepare.free_port())
+    env = prepare.component_environment(home, dags, ports, database, serve_id)
+    stack = Stack(env=env, logs=home.component_logs, cwd=home.root, port=port, serve_id=serve_id)
+    stack.start_watchdog(STOP_GRACE_SECONDS)
+    try:
+        if not _migrate(stack, home, database, signals) or signals.stop():
+            _stop(stack, signals)
+            return 0
+        _say(f"Starting Airflow {version('apache-airflow-core')} ({', '.join(COMPONENTS)}) for {dags} ...")
+        stack.start()
+        shown_db = _hide_password(database) if database else str(home.database)
+        runner_home = (Path(options.home).expanduser() if options.home else default_home()).resolve()
+        runner_started = _keep_runner_warm(runner_home)
+        lines = [
+            f"  Login:       {prepare.USER} / {password}",
+            f"  DAGs folder: {dags} (loader: {loader.name}; new files appear within about 10 s)",
+            f"  Database:    {shown_db}",
+            f"  Tool steps run in: {env['AIRFLOW__AGENTLOOM__WORKING_DIR']}",
+            f"  Logs:        {stack.logs} (components), {home.logs} (tasks)",
+        ]
+        if runner_started is not None:
+            lines.append(f"  Warm runner: `agentloom run` is served warm while this runs ({runner_home})")
+        try:
+            return _watch(stack, signals, started, "\n".join(lines))
+        finally:
+            if runner_started:
+                from airflow_provider_agentloom.runner.daemon import client
+
+                client.stop(runner_home, wait=STOP_GRACE_SECONDS)
+    except BaseException:
+        stack.stop(0, lambda: True)
+        raise
+
+
+def _keep_runner_warm(runner_home: Path) -> bool | None:
+    """Keep the warm runner of ``agentloom run``'s home up while serving (no idle timeout; it stops
+    when serve ends, even by ``kill -9``).
+
+    True when serve started it (and stops it at the end), False when one already ran, None when
+    ``AGENTLOOM_NO_DAEMON`` is set or it could not start (``agentloom run`` then starts its own).
+    """
+    from airflow_provider_agentloom.runner.daemon import client, protocol
+
+    if protocol.daemon_disabled():
+        return None
+    try:
+        return client.ensure_running(runner_home, idle_timeout=0, owner=os.getpid())
+    except client.RunnerUnavailable as exc:
+        _say(f"The warm runner did not start ({exc})")
+        return None
+
+
+def _migrate(stack: Stack, home: ServeHome, database: str | None, signals: _Signals) -> bool:
+    """Create or upgrade the database (``airflow db migrate``); SQLite only when this version has not yet.
+
+    Returns False when a stop signal came first; raises :class:`ServeError` when it fails.
+    """
+    marker = home.root / f".migrated-{version('apache-airflow-core')}"
+    if database is None and marker.exists() and home.database.exists() and home.config_file.exists():
+        return True
+    _say("Migrating the Airflow database ...")
+    code = stack.run_once("db-migrate", ["db", "migrate"], signals.stop)
+    if code is None:
+        return False
+    if code != 0:
+        log = stack.logs / "db-migrate.log"
+        raise ServeError(f"airflow db migrate exited with {code}; the end of {log}:\n{tail(log)}")
+    if database is None:
+        marker.write_text("ok\n")
+    return True
+
+
+def _watch(stack: Stack, signals: _Signals, started: float, details: str) -> int:
+    """Print the URL and ``details`` once the api-server answers; watch until a signal or a death."""
+    ready = False
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while not signals.stop():
+        dead = stack.dead_component()
+        if dead is not None:
+            when = "after it had started" if ready else "while starting"
+            _say(
+                f"agentloom serve: the {dead.name} exited with code {dead.exit_code} {when}; "
+                f"the end of its log {dead.log_path}:\n{tail(dead.log_path)}"
+            )
+            _stop(stack, signals)
+            return 1
+        if not ready:
+            if stack.api_answers():
+                ready = True
+                print(
+                    f"Airflow is ready at http://127.0.0.1:{stack.port} "
+                    f"(started in {time.monotonic() - started:.1f} s)\n{details}\nPress Ctrl-C to stop.",
+                    flush=True,
+                )
+            elif time.monotonic() > deadline:
+                log = stack.logs / "api-server.log"
+                _say(
+                    f"agentloom serve: the api-server did not answer within {READY_TIMEOUT_SECONDS:.0f} s; "
+                    f"the end of its log {log}:\n{tail(log)}"
+                )
+                _stop(stack, signals)
+                return 1
+        time.sleep(0.25)
+    _stop(stack, signals)
+    return 0
+
+
+def _hide_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _stop(stack: Stack, signals: _Signals) -> None:
+    """Stop everything serve started, saying how long it took."""
+    begun = time.monotonic()
+    if stack.components:
+        _say("Stopping Airflow (a second Ctrl-C kills it at once) ...")
+    for note in stack.stop(STOP_GRACE_SECONDS, signals.forced):
+        _say(f"agentloom serve: {note}")
+    if stack.components:
+        _say(f"Stopped in {time.monotonic() - begun:.1f} s.")
