@@ -47,6 +47,9 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from process_support import is_gone  # the tests' helper: standard library only
+
 BENCH = "scheduler"
 OURS, BARE = "bench-sched-ours", "bench_sched_bare"
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
@@ -161,16 +164,6 @@ def _admin() -> Any:
     return connection
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def create_database() -> str:
     """A database of this run's own; first drop those an earlier, killed run of this bench left."""
     name = f"{DB_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}"
@@ -180,7 +173,7 @@ def create_database() -> str:
             cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (DB_PREFIX + "%",))
             for (stale,) in cursor.fetchall():
                 pid = stale[len(DB_PREFIX) :].split("_", 1)[0]
-                if pid.isdigit() and not _pid_alive(int(pid)):
+                if pid.isdigit() and is_gone(int(pid)):
                     cursor.execute(f'DROP DATABASE IF EXISTS "{stale}" WITH (FORCE)')
             cursor.execute(f'CREATE DATABASE "{name}"')
     finally:

@@ -41,6 +41,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from contract import figure, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("old", "new")  # old: per-source reads (AGENTLOOM_STATE_READS=per-source)
 CHAIN_LENGTH = 200
@@ -462,7 +464,7 @@ def main() -> None:
         else:
             shutil.rmtree(home, ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps({"bench": "state", "figures": figures}, indent=2) + "\n")
+        write_json(args.json, "state", figures)
 
 
 def report(
@@ -563,31 +565,6 @@ def report(
                 )
             )
     return figures
-
-
-def figure(
-    name: str,
-    value: float,
-    unit: str,
-    peer: str | None,
-    peer_value: float | None,
-    *,
-    goal: float | None = None,
-    goal_op: str | None = None,
-    note: str = "",
-) -> dict[str, Any]:
-    ratio = value / peer_value if peer_value else None
-    return {
-        "name": name,
-        "value": round(value, 4),
-        "unit": unit,
-        "peer": peer,
-        "peer_value": None if peer_value is None else round(peer_value, 4),
-        "ratio": None if ratio is None else round(ratio, 4),
-        "goal": goal,
-        "goal_op": goal_op,
-        "note": note,
-    }
 
 
 if __name__ == "__main__":
