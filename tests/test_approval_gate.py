@@ -273,3 +273,33 @@ def test_webhook_to_an_internal_address_is_refused_and_the_gate_still_waits(
     assert webhook["status"] == "sandbox_blocked"
     assert xcom(run["dag_run"], "approve") == "approved"
     assert str(run["dag_run"].state) == "success"
+
+
+TWO_PARENTS = """
+name: gate_two_parents
+steps:
+  - {id: wrote, type: tool, tool_name: echo_args, tool_args: {text: hi}, output: written}
+  - {id: broke, type: tool, tool_name: echo_args, tool_args: {text: no}}
+  - {id: approve, type: approval_gate, depends_on: [wrote, broke]}
+"""
+
+
+def test_the_request_shows_each_successful_parent_from_one_read_of_its_output(tmp_path: Path) -> None:
+    """A parent with an output costs one XCom request; a failed one, its metadata too (and is left out)."""
+    from test_state_reads import FakeTI, meta
+
+    from airflow_provider_agentloom.workflow.results import META_KEY
+
+    workflow = parse_workflow_text(TWO_PARENTS, source="gate_two_parents.yaml")
+    dag = build_dag(workflow, tools=TOOLS, working_dir=str(tmp_path), discover_tools=False)
+    ti = FakeTI(
+        {
+            ("wrote", "return_value"): {"text": "hi"},
+            ("wrote", META_KEY): meta("success"),
+            ("broke", META_KEY): meta("failed", error="boom"),
+        }
+    )
+    gate = dag.task_dict["approve"]
+    assert gate.parent_outputs({"ti": ti}) == [("wrote", "written", {"text": "hi"})]
+    assert sorted(ti.calls) == [("broke", META_KEY), ("broke", "return_value"), ("wrote", "return_value")]
+    assert "### `wrote` → `state.written`" in gate.request_body({"ti": FakeTI(ti.xcoms)})

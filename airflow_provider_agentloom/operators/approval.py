@@ -39,8 +39,9 @@ from airflow.sdk.exceptions import TaskAwaitingInput
 
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome, StepRun
+from airflow_provider_agentloom.operators.state_reads import SourceReader
 from airflow_provider_agentloom.workflow.models import ApprovalGateStep
-from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus
+from airflow_provider_agentloom.workflow.results import StepStatus
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -167,17 +168,15 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         """``(step id, output key, output)`` of each step the gate depends on that succeeded.
 
         Read from their XComs (already masked by their tasks), not from the state: the gate reads
-        no state key itself, so its state holds only what its ``notify.body_template`` names.
+        no state key itself, so its state holds only what its ``notify.body_template`` names. One
+        request per parent with an output (:class:`SourceReader`), its metadata only without one.
         """
-        graph, ti = self.run_context.graph, context["ti"]
+        graph, reader = self.run_context.graph, SourceReader(context["ti"])
         found = []
         for parent in graph.parents.get(self.step.id, ()):
-            task_id = self.run_context.task_id(parent)
-            meta = StepMeta.from_xcom(ti.xcom_pull(task_ids=task_id, key=META_KEY))
-            if meta is None or meta.status != StepStatus.SUCCESS:
-                continue
-            value = ti.xcom_pull(task_ids=task_id, key="return_value")
-            found.append((parent, graph.steps[parent].output, value))
+            result = reader.result(self.run_context.task_id(parent))
+            if result is not None and result[0] == StepStatus.SUCCESS.value:
+                found.append((parent, graph.steps[parent].output, result[1]))
         return found
 
     def notify(self, context: Context, state: dict[str, Any], run: StepRun[ApprovalGateStep]) -> None:
