@@ -190,3 +190,39 @@ def test_a_retry_does_not_pay_again_for_replies_already_received(tmp_path: Path)
     assert xcom(dag_run, "ask") == "final"
     # dag.test runs both attempts in this process: the mock saw the first reply only once.
     assert [call.matched_by for call in provider.calls] == ["step_id", "step_id"]
+
+
+SPEND_READS = """
+name: spend-reads
+config: {budget_usd: 1.0}
+steps:
+  - {id: asked, type: llm_call, prompt: "spend", output: first}
+  - {id: listed, type: tool, tool_name: echo, tool_args: {v: 1}, depends_on: [asked]}
+  - {id: asking, type: llm_call, prompt: "again", depends_on: [listed]}
+"""
+
+
+def test_the_budget_reads_the_spend_of_model_steps_only(tmp_path: Path) -> None:
+    """What the run spent so far: the metadata cost or live spend of each other model step; other
+    steps record no cost, so they cost no request."""
+    from test_state_reads import FakeTI, meta
+
+    from airflow_provider_agentloom.operators.budget import SPEND_KEY, recorded_spend
+    from airflow_provider_agentloom.workflow.results import META_KEY
+
+    dag = build_dag(
+        WorkflowParser.from_yaml(SPEND_READS),
+        tools=ToolRegistry([echo]),
+        working_dir=str(tmp_path),
+        discover_tools=False,
+    )
+    ti = FakeTI(
+        {
+            ("asked", META_KEY): meta("success", cost_usd=0.02),
+            ("asked", SPEND_KEY): 0.015,
+            ("listed", META_KEY): meta("success"),
+        }
+    )
+    run_context = dag.task_dict["asking"].run_context
+    assert recorded_spend(ti, run_context, exclude="asking") == pytest.approx(0.02)
+    assert sorted(ti.calls) == [("asked", META_KEY), ("asked", SPEND_KEY)]

@@ -40,9 +40,11 @@ def recorded_spend(ti: Any, run_context: WorkflowRunContext, *, exclude: str) ->
     """Return what the run's steps other than ``exclude`` spent, as recorded in their XComs.
 
     The budget is run-wide: every step task of the whole DAG counts, in every subworkflow scope,
-    each once. A subworkflow step records its child's total, which is not added again: its
-    child steps are counted themselves. Per step: the cost in its metadata (a finished step) or
-    the spend it published while running (a model step), whichever is larger.
+    each once. Only model steps spend: a subworkflow step records its child's total, which is
+    not added again (its child steps are counted themselves), and other steps record no cost, so
+    neither is read (two Execution API requests per model step, none for the rest). Per model
+    step: the cost in its metadata (finished) or the spend it published while running, whichever
+    is larger.
 
     :param exclude: the id of the asking step in ``run_context``'s scope.
     """
@@ -51,12 +53,11 @@ def recorded_spend(ti: Any, run_context: WorkflowRunContext, *, exclude: str) ->
     for scope in run_context.root.scopes():
         for step_id, step in scope.graph.steps.items():
             task_id = scope.task_id(step_id)
-            if task_id == skip or step.type == StepType.SUBWORKFLOW:
+            if task_id == skip or step.type not in _MODEL_STEPS:
                 continue
             meta = StepMeta.from_xcom(ti.xcom_pull(task_ids=task_id, key=META_KEY))
             finished = _amount(meta.cost_usd) if meta is not None else 0.0
-            model_step = step.type in _MODEL_STEPS
-            live = _amount(ti.xcom_pull(task_ids=task_id, key=SPEND_KEY)) if model_step else 0.0
+            live = _amount(ti.xcom_pull(task_ids=task_id, key=SPEND_KEY))
             total += max(finished, live)
     return total
 
