@@ -35,20 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_spine import AGENTLOOM, FIVE_STEPS  # noqa: E402  (the 5-step workflow of bench_spine)
 from contract import figure, write_json  # noqa: E402
-
-AGENTLOOM = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
-
-FIVE_STEPS = """
-name: bench-five
-state: {word: hello}
-steps:
-  - {id: s1, type: tool, tool_name: shell_command, tool_args: {command: "echo {state.word}"}, output: o1}
-  - {id: s2, type: tool, tool_name: shell_command, depends_on: [s1], tool_args: {command: "echo {state.o1.stdout}"}, output: o2}
-  - {id: s3, type: tool, tool_name: file_write, depends_on: [s2], tool_args: {path: out/a.txt, content: "{state.o2.stdout}"}, output: o3}
-  - {id: s4, type: tool, tool_name: file_read, depends_on: [s3], tool_args: {path: "{state.o3.path}"}, output: o4}
-  - {id: s5, type: tool, tool_name: shell_command, depends_on: [s4], tool_args: {command: "echo done"}, output: o5}
-"""
 
 API_CALL = "from airflow_provider_agentloom import run_workflow; import sys; sys.exit(run_workflow('five.yaml').status.value != 'success')"
 
