@@ -594,6 +594,37 @@ class StackPart:
     close: Callable[[], None] | None = None
 
 
+class ModelConnection:
+    """A module's loopback model server, started with its shared stack, and the Airflow connection
+    naming it (``conn_type`` ``agentloom_llm``) for :attr:`StackPart.env`.
+
+    :param start: starts the server (it has ``url`` and ``stop()``); called on first use.
+    :param conn_id: the connection's id (its ``AIRFLOW_CONN_<ID>`` variable).
+    :param password: the API key the connection carries.
+    """
+
+    def __init__(self, start: Callable[[], Any], conn_id: str, password: str) -> None:
+        self._start = start
+        self.conn_id = conn_id
+        self.password = password
+        self._server: Any = None
+
+    @property
+    def server(self) -> Any:
+        if self._server is None:
+            self._server = self._start()
+        return self._server
+
+    def env(self) -> dict[str, str]:
+        connection = {"conn_type": "agentloom_llm", "host": self.server.url, "password": self.password}
+        return {f"AIRFLOW_CONN_{self.conn_id}": json.dumps(connection)}
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+
+
 SHARED_USERNAME = "admin"
 SHARED_PASSWORD = "e2e-shared-" + uuid.uuid4().hex[:16]
 

@@ -26,6 +26,7 @@ from e2e_support import (
     BROKEN_YAML_NAME,
     EXECUTOR,
     AirflowStack,
+    ModelConnection,
     SharedStacks,
     StackPart,
     wait_for,
@@ -104,24 +105,8 @@ def _agent_model(request: SeenRequest) -> Reply:
     return kit.text(FINAL_ANSWER)
 
 
-_SERVERS: list[LoopbackServer] = []
-
-
-def _model_server() -> LoopbackServer:
-    """The agent's model: started with the stack (its connection names the server's URL)."""
-    if not _SERVERS:
-        _SERVERS.append(LoopbackServer(_agent_model).start())
-    return _SERVERS[0]
-
-
-def _connection() -> dict[str, str]:
-    connection = {"conn_type": "agentloom_llm", "host": _model_server().url, "password": LLM_KEY}
-    return {"AIRFLOW_CONN_E2E_LLM": json.dumps(connection)}
-
-
-def _stop_model_server() -> None:
-    while _SERVERS:
-        _SERVERS.pop().stop()
+# The model: started with the stack (its connection names the server's URL).
+MODEL = ModelConnection(lambda: LoopbackServer(_agent_model).start(), "E2E_LLM", LLM_KEY)
 
 
 STACK_PART = StackPart(
@@ -130,8 +115,8 @@ STACK_PART = StackPart(
     dag_ids=frozenset({*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG}),
     executor=EXECUTOR,  # a Celery worker, unless AGENTLOOM_E2E_EXECUTOR says otherwise
     repo_dags=True,
-    env=_connection,
-    close=_stop_model_server,
+    env=MODEL.env,
+    close=MODEL.close,
 )
 
 
@@ -143,7 +128,7 @@ def stack(shared_stacks: SharedStacks) -> Iterator[AirflowStack]:
 
 @pytest.fixture(scope="module")
 def model_server(stack: AirflowStack) -> LoopbackServer:
-    return _model_server()
+    return MODEL.server
 
 
 def _run_seconds(run: dict[str, Any]) -> float:

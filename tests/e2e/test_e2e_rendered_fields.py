@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import AirflowStack, SharedStacks, StackPart
+from e2e_support import AirflowStack, ModelConnection, SharedStacks, StackPart
 
 _LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
@@ -63,32 +63,16 @@ def _model(_request: SeenRequest) -> Reply:
     return OpenAIKit().text(ANSWER)
 
 
-_SERVERS: list[LoopbackServer] = []
-
-
-def _model_server() -> LoopbackServer:
-    """The module's model: started with the stack (its connection names the server's URL)."""
-    if not _SERVERS:
-        _SERVERS.append(LoopbackServer(_model).start())
-    return _SERVERS[0]
-
-
-def _connection() -> dict[str, str]:
-    connection = {"conn_type": "agentloom_llm", "host": _model_server().url, "password": LLM_KEY}
-    return {"AIRFLOW_CONN_E2E_RENDERED_LLM": json.dumps(connection)}
-
-
-def _stop_model_server() -> None:
-    while _SERVERS:
-        _SERVERS.pop().stop()
+# The model: started with the stack (its connection names the server's URL).
+MODEL = ModelConnection(lambda: LoopbackServer(_model).start(), "E2E_RENDERED_LLM", LLM_KEY)
 
 
 STACK_PART = StackPart(
     "e2e-rendered",
     files={"e2e_rendered.yaml": WORKFLOW},
     dag_ids=frozenset({DAG_ID}),
-    env=_connection,
-    close=_stop_model_server,
+    env=MODEL.env,
+    close=MODEL.close,
 )
 
 
@@ -100,7 +84,7 @@ def stack(shared_stacks: SharedStacks) -> Iterator[AirflowStack]:
 
 @pytest.fixture(scope="module")
 def model_server(stack: AirflowStack) -> LoopbackServer:
-    return _model_server()
+    return MODEL.server
 
 
 @pytest.fixture(scope="module")
