@@ -103,28 +103,17 @@ def _resume_answered(session: Any, gate: Any) -> bool:
 
     See the module doc; True when the gate had an answer.
     """
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.trigger import handle_event_submit
-    from airflow.triggers.base import TriggerEvent
     from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import select
-    from sqlalchemy.orm import joinedload
 
-    ti = session.scalar(
-        select(TaskInstance)
-        .where(
-            TaskInstance.dag_id == gate.dag_id,
-            TaskInstance.run_id == gate.run_id,
-            TaskInstance.task_id == gate.task_id,
-            TaskInstance.map_index == gate.map_index,
-        )
-        .options(joinedload(TaskInstance.hitl_detail))
+    from airflow_provider_agentloom.runner.approvals import gate_instance, resume_with_response
+
+    ti = gate_instance(
+        session, dag_id=gate.dag_id, run_id=gate.run_id, task_id=gate.task_id, map_index=gate.map_index
     )
     detail = ti.hitl_detail if ti is not None else None
     if detail is None or not detail.response_received or ti.state != TaskInstanceState.AWAITING_INPUT:
         return False
-    event = TriggerEvent(detail.as_resume_event_payload())  # type: ignore[no-untyped-call]
-    handle_event_submit(event, task_instance=ti, session=session)
+    resume_with_response(session, ti)
     session.commit()
     return True
 

@@ -6,6 +6,7 @@ share one migrated database; it lives in a temporary folder for the session.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -83,17 +84,13 @@ def xdist_scope(nodeid: str) -> str:
     return module if _shares_fixtures(module) else nodeid
 
 
+@functools.cache
 def _shares_fixtures(module: str) -> bool:
-    if module not in _SHARING:
-        try:
-            text = (ROOT / module).read_text(encoding="utf-8")
-        except OSError:
-            text = ""
-        _SHARING[module] = 'scope="module"' in text or 'scope="class"' in text
-    return _SHARING[module]
-
-
-_SHARING: dict[str, bool] = {}
+    try:
+        text = (ROOT / module).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return 'scope="module"' in text or 'scope="class"' in text
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -3,7 +3,8 @@
 - :func:`answer_gate` is what ``PATCH …/taskInstances/{task_id}/{map_index}/hitlDetails`` does
   (``airflow/api_fastapi/core_api/routes/public/hitl.py``): it writes the answer into the task's
   ``hitl_detail`` row, then resumes the parked task instance with ``handle_event_submit`` (state
-  ``scheduled``, ``next_method`` ``execute_complete``).
+  ``scheduled``, ``next_method`` ``execute_complete``), through :func:`gate_instance` and
+  :func:`resume_with_response`.
 - :func:`apply_response_timeouts` is the scheduler's ``check_awaiting_input_timeouts`` sweep
   (Airflow's own code): a request past its ``response_timeout`` resumes with its ``defaults``
   (``on_timeout``), or with a timeout error. Nothing runs that sweep in ``dag.test()`` or in
@@ -73,6 +74,33 @@ def waiting_gates(session: Any, *, dag_id: str | None = None, run_id: str | None
     return found
 
 
+def gate_instance(session: Any, *, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Any:
+    """The task instance of one gate with its ``hitl_detail`` loaded, or None."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+    from sqlalchemy.orm import joinedload
+
+    return session.scalar(
+        select(TaskInstance)
+        .where(
+            TaskInstance.dag_id == dag_id,
+            TaskInstance.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index,
+        )
+        .options(joinedload(TaskInstance.hitl_detail))
+    )
+
+
+def resume_with_response(session: Any, ti: Any) -> None:
+    """Resume a parked gate with the response its ``hitl_detail`` holds (does not commit)."""
+    from airflow.models.trigger import handle_event_submit
+    from airflow.triggers.base import TriggerEvent
+
+    event = TriggerEvent(ti.hitl_detail.as_resume_event_payload())  # type: ignore[no-untyped-call]
+    handle_event_submit(event, task_instance=ti, session=session)
+
+
 def answer_gate(
     session: Any,
     *,
@@ -85,23 +113,9 @@ def answer_gate(
 ) -> None:
     """Answer one waiting gate as the REST API's ``hitlDetails`` PATCH does (commits)."""
     from airflow.models.hitl import HITLUser
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.trigger import handle_event_submit
-    from airflow.triggers.base import TriggerEvent
     from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import select
-    from sqlalchemy.orm import joinedload
 
-    ti = session.scalar(
-        select(TaskInstance)
-        .where(
-            TaskInstance.dag_id == dag_id,
-            TaskInstance.run_id == run_id,
-            TaskInstance.task_id == task_id,
-            TaskInstance.map_index == map_index,
-        )
-        .options(joinedload(TaskInstance.hitl_detail))
-    )
+    ti = gate_instance(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
     if ti is None or ti.hitl_detail is None:
         raise GateAnswerError(f"task {task_id!r} of run {run_id!r} has no approval request")
     detail = ti.hitl_detail
@@ -113,8 +127,7 @@ def answer_gate(
     detail.params_input = {}
     session.add(detail)
     if ti.state in (TaskInstanceState.AWAITING_INPUT, TaskInstanceState.DEFERRED):
-        event = TriggerEvent(detail.as_resume_event_payload())  # type: ignore[no-untyped-call]
-        handle_event_submit(event, task_instance=ti, session=session)
+        resume_with_response(session, ti)
     session.commit()
 
 
