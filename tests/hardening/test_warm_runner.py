@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,6 +89,37 @@ def test_two_first_runs_at_once_start_one_runner_which_the_next_run_reuses(tmp_p
             assert sock.recv(100) == b""
         assert _status(home)["pid"] == runner
         assert protocol.peer_uid(socket.socketpair(socket.AF_UNIX)[0]) == os.getuid()
+    finally:
+        _stop_and_check_nothing_left(home, marker)
+
+
+def test_the_runner_imports_the_clients_package_whatever_folder_the_client_runs_in(tmp_path: Path) -> None:
+    """In a folder holding another copy of the package (the README's quick start: a source checkout
+    beside a non-editable install), the runner imports the client's copy, not the folder's."""
+    import airflow_provider_agentloom
+
+    work = tmp_path / "checkout"
+    shutil.copytree(
+        Path(airflow_provider_agentloom.__file__).parent,
+        work / "airflow_provider_agentloom",
+        ignore=shutil.ignore_patterns("__pycache__"),
+        copy_function=shutil.copy,  # new modification times: another version to the fingerprint
+    )
+    (work / "flow.yaml").write_text(TWO_STEPS)
+    home, marker = tmp_path / "home", new_marker()
+    try:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "agentloom"), "run", "flow.yaml", "--json"],
+            cwd=work,
+            env=cli_env(home, warm=True, AGENTLOOM_TEST_MARKER=marker),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["status"] == "success"
+        assert _starts(home) == 1  # one runner, never retired as another version
     finally:
         _stop_and_check_nothing_left(home, marker)
 

@@ -22,6 +22,9 @@ from typing import Any
 
 from airflow_provider_agentloom.runner.daemon import protocol
 
+_PACKAGE_PARENT = Path(__file__).resolve().parents[3]
+"""The folder holding the ``airflow_provider_agentloom`` package this client runs."""
+
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _START_SECONDS = 120.0  # the launcher returns once the runner holds its socket: about 0.1 s
 _ATTEMPTS = 3
@@ -130,6 +133,10 @@ def _launch(home: Path, idle_timeout: float | None = None, owner: int | None = N
     try:
         code = subprocess.run(
             command,
+            # ``-m`` puts the working directory first on sys.path: the package's parent folder, so
+            # that the runner imports this very copy of the package (the fingerprint checks it). From
+            # the client's folder, a source checkout there would shadow an installed package.
+            cwd=_PACKAGE_PARENT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
