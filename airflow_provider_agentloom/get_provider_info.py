@@ -184,6 +184,17 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "required",
                         "default": "auto",
                     },
+                    "parse_cache_dir": {
+                        "description": "Where the loader keeps each valid workflow file's parse between "
+                        "Airflow's parses of the dags folder, keyed by the text of the file and of its "
+                        "subworkflow files: a fresh parsing process then reads only what changed. Made "
+                        "private to the user (0700); a folder others may write to is not used. Unset: "
+                        "$AIRFLOW_HOME/agentloom/parse-cache. off: no cache.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "off",
+                        "default": None,
+                    },
                     **_WORKFLOW_LIMIT_OPTIONS,
                 },
             }

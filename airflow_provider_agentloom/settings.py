@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Any, TypeVar
 
 from airflow_provider_agentloom.exceptions import StepError
@@ -27,6 +28,7 @@ __all__ = [
     "max_parallel_tool_calls",
     "max_tool_calls_per_reply",
     "option",
+    "parse_cache_dir",
     "positive_number",
     "workflow_limits",
     "working_dir",
@@ -119,6 +121,22 @@ def max_tool_calls_per_reply() -> int:
     from airflow_provider_agentloom.llm.loop import DEFAULT_MAX_TOOL_CALLS_PER_REPLY
 
     return _positive_option("max_tool_calls_per_reply", int, DEFAULT_MAX_TOOL_CALLS_PER_REPLY)
+
+
+PARSE_CACHE_OFF = ("off", "false", "no", "none")
+
+
+def parse_cache_dir() -> str | None:
+    """Return ``[agentloom] parse_cache_dir``: where valid workflows are kept between parses.
+
+    Unset: ``$AIRFLOW_HOME/agentloom/parse-cache``. ``off`` (or ``false``, ``no``, ``none``): None,
+    no disk cache.
+    """
+    value = option("parse_cache_dir")
+    if value is None:
+        home = os.path.expanduser(os.path.expandvars(os.environ.get("AIRFLOW_HOME") or "~/airflow"))
+        return os.path.join(home, "agentloom", "parse-cache")
+    return None if value.strip().lower() in PARSE_CACHE_OFF else value
 
 
 def workflow_limits() -> ParseLimits:

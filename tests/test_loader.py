@@ -93,6 +93,57 @@ def test_warm_loads_reuse_the_parse_until_the_file_changes(folder: Path) -> None
     assert bag.dags["first-flow"].description == "changed"
 
 
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the workflow files the loader reads and validates from now on."""
+    from airflow_provider_agentloom import file_dag
+
+    read: list[str] = []
+    real_read = file_dag.read_workflow
+
+    def counted(path: Path, limits: object) -> object:
+        read.append(Path(path).name)
+        return real_read(path, limits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(file_dag, "read_workflow", counted)
+    return read
+
+
+def fresh_parse(folder: Path, read: list[str]):  # type: ignore[no-untyped-def]
+    read.clear()
+    loader._CACHE.clear()  # what Airflow's fresh parsing process starts with
+    return bag_of(folder)
+
+
+def test_a_fresh_process_reads_unchanged_workflows_from_the_parse_cache(
+    folder: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("AIRFLOW__AGENTLOOM__PARSE_CACHE_DIR", str(cache))
+    read = count_reads(monkeypatch)
+    fresh_parse(folder, read)
+    assert sorted(read) == ["broken.yaml", "first.yaml", "second.yml"]
+    assert len(list(cache.glob("*/*.pickle"))) == 2  # the valid ones
+
+    bag = fresh_parse(folder, read)
+    assert read == ["broken.yaml"]  # a broken file is read each time: its message stays fresh
+    assert sorted(bag.dags) == ["broken-one", "first-flow", "second_flow"]
+    assert bag.dags["first-flow"].task_dict["two"].upstream_task_ids == {"one"}
+    (folder / "first.yaml").write_text(GOOD.format(name="first-flow") + "description: changed\n")
+    bag = fresh_parse(folder, read)
+    assert sorted(read) == ["broken.yaml", "first.yaml"]
+    assert bag.dags["first-flow"].description == "changed"
+
+
+def test_with_the_parse_cache_off_every_parse_reads_every_file(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__AGENTLOOM__PARSE_CACHE_DIR", "off")
+    read = count_reads(monkeypatch)
+    for _ in range(2):
+        fresh_parse(folder, read)
+        assert sorted(read) == ["broken.yaml", "first.yaml", "second.yml"]
+
+
 def test_files_without_workflow_keys_are_reported(folder: Path) -> None:
     (folder / "other.yaml").write_text("some: other config\n")
     bag = bag_of(folder)

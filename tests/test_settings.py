@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,3 +77,16 @@ def test_a_bad_number_fails_at_once_naming_the_option(
 def test_working_dir_is_read_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__AGENTLOOM__WORKING_DIR", "/data/agentloom/{dag_id}")
     assert settings.working_dir() == "/data/agentloom/{dag_id}"
+
+
+def test_the_parse_cache_lives_in_the_airflow_home_unless_moved_or_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("AIRFLOW__AGENTLOOM__PARSE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))
+    assert settings.parse_cache_dir() == str(tmp_path / "home" / "agentloom" / "parse-cache")
+    monkeypatch.setenv("AIRFLOW__AGENTLOOM__PARSE_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert settings.parse_cache_dir() == str(tmp_path / "elsewhere")
+    for off in ("off", "OFF", "false", "no", "none"):
+        monkeypatch.setenv("AIRFLOW__AGENTLOOM__PARSE_CACHE_DIR", off)
+        assert settings.parse_cache_dir() is None
