@@ -24,6 +24,8 @@ from runner_support import CliRun, run_states, wait_for
 
 from airflow_provider_agentloom.runner.daemon import client, protocol
 
+PACKAGE = Path(client.__file__).resolve().parents[2]
+
 TWO_STEPS = """\
 name: warm
 steps:
@@ -53,6 +55,23 @@ def _finished(cli: CliRun, timeout: float = 240) -> dict[str, Any]:
     document = cli.document()
     assert document["status"] == "success", document
     return document
+
+
+def _copy_of_the_package(folder: Path) -> Path:
+    """``folder`` holding a copy of the package: another version to the fingerprint (new mtimes)."""
+    shutil.copytree(
+        PACKAGE,
+        folder / "airflow_provider_agentloom",
+        ignore=shutil.ignore_patterns("__pycache__"),
+        copy_function=shutil.copy,
+    )
+    return folder
+
+
+def _client(command: list[str], cwd: Path, home: Path, marker: str) -> subprocess.CompletedProcess[str]:
+    """Run a client of the home's warm runner to its end."""
+    env = cli_env(home, warm=True, AGENTLOOM_TEST_MARKER=marker)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
 def _stop_and_check_nothing_left(home: Path, marker: str) -> None:
@@ -96,30 +115,49 @@ def test_two_first_runs_at_once_start_one_runner_which_the_next_run_reuses(tmp_p
 def test_the_runner_imports_the_clients_package_whatever_folder_the_client_runs_in(tmp_path: Path) -> None:
     """In a folder holding another copy of the package (the README's quick start: a source checkout
     beside a non-editable install), the runner imports the client's copy, not the folder's."""
-    import airflow_provider_agentloom
-
-    work = tmp_path / "checkout"
-    shutil.copytree(
-        Path(airflow_provider_agentloom.__file__).parent,
-        work / "airflow_provider_agentloom",
-        ignore=shutil.ignore_patterns("__pycache__"),
-        copy_function=shutil.copy,  # new modification times: another version to the fingerprint
-    )
+    work = _copy_of_the_package(tmp_path / "checkout")
     (work / "flow.yaml").write_text(TWO_STEPS)
     home, marker = tmp_path / "home", new_marker()
     try:
-        done = subprocess.run(
-            [str(Path(sys.executable).parent / "agentloom"), "run", "flow.yaml", "--json"],
-            cwd=work,
-            env=cli_env(home, warm=True, AGENTLOOM_TEST_MARKER=marker),
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
+        done = _client(
+            [str(Path(sys.executable).parent / "agentloom"), "run", "flow.yaml", "--json"], work, home, marker
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout)["status"] == "success"
         assert _starts(home) == 1  # one runner, never retired as another version
+    finally:
+        _stop_and_check_nothing_left(home, marker)
+
+
+CLIENT_OF_ANOTHER_COPY = """\
+import sys
+from pathlib import Path
+from airflow_provider_agentloom.runner.daemon import client
+client._PACKAGE_PARENT = Path(sys.argv[1])  # the folder the runner is started in
+try:
+    client.run_command(["runs"], Path(sys.argv[2]))
+except client.RunnerUnavailable as exc:
+    print(exc)
+    sys.exit(9)
+"""
+
+
+def test_a_runner_that_imports_another_copy_of_the_package_is_named_at_once(tmp_path: Path) -> None:
+    """When even the runner a command starts is another version (it imports another copy of the
+    package), starting more cannot help: the command says which two copies differ, at once."""
+    other = _copy_of_the_package(tmp_path / "other")
+    home, marker = tmp_path / "home", new_marker()
+    try:
+        done = _client(
+            [sys.executable, "-c", CLIENT_OF_ANOTHER_COPY, str(other), str(home)], tmp_path, home, marker
+        )
+        assert done.returncode == 9, done.stdout + done.stderr[-3000:]
+        message = done.stdout.strip()
+        assert f"the warm runner started for this command on {home} is another version" in message
+        assert str(other / "airflow_provider_agentloom") in message  # the runner's copy
+        assert str(PACKAGE) in message  # the command's
+        assert message.endswith("Run the command again, or with --no-daemon")
+        assert _starts(home) == 1  # named at once, not started again and again
     finally:
         _stop_and_check_nothing_left(home, marker)
 
@@ -138,7 +176,8 @@ def test_a_client_of_another_version_replaces_the_runner_which_then_stops_when_i
         with sock:
             protocol.send(sock, {"op": "run", "fingerprint": "another version", "argv": ["runs"]})
             reply, _ = protocol.receive(sock)
-        assert reply == {"stale": True}
+        assert reply["stale"] is True
+        assert reply["package"] == str(PACKAGE)
         wait_for(lambda: is_gone(old), 60, "the stale runner to stop")
         assert client.connect(home) is None
 

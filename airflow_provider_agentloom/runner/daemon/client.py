@@ -22,8 +22,10 @@ from typing import Any
 
 from airflow_provider_agentloom.runner.daemon import protocol
 
-_PACKAGE_PARENT = Path(__file__).resolve().parents[3]
-"""The folder holding the ``airflow_provider_agentloom`` package this client runs."""
+_PACKAGE = Path(__file__).resolve().parents[2]
+"""The ``airflow_provider_agentloom`` package this client runs."""
+_PACKAGE_PARENT = _PACKAGE.parent
+"""The folder the runner is started in, so that it imports ``_PACKAGE`` too."""
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _START_SECONDS = 120.0  # the launcher returns once the runner holds its socket: about 0.1 s
@@ -47,56 +49,81 @@ def connect(home: Path) -> socket.socket | None:
 
 def run_command(argv: Sequence[str], home: Path) -> int:
     """Run one ``agentloom`` command in the home's warm runner; return its exit code."""
-    fingerprint = protocol.fingerprint()
+    request = {"op": "run", "argv": list(argv)}
+    sock, reply = hand_over(home, request)
+    with contextlib.closing(sock):
+        if "pid" not in reply:
+            raise RunnerUnavailable(f"the warm runner refused the run: {reply.get('error', reply)}")
+        with _forwarding_signals(int(reply["pid"])):
+            try:
+                ended, _ = protocol.receive(sock)
+            except (OSError, protocol.ProtocolError):
+                raise RunnerUnavailable(_ended_message(home, "during the run")) from None
+        return int(ended.get("exit", 1))
+
+
+def hand_over(home: Path, request: dict[str, Any]) -> tuple[socket.socket, dict[str, Any]]:
+    """Send ``request`` to the home's runner (started if none runs); return the connection and its reply.
+
+    The request goes with this process's version, working directory, environment and standard
+    streams. A runner of another version retires as it gets it, and a fresh one is started; a
+    runner this call started that still reports another version imports another copy of this
+    package, which no restart mends: that is an error naming both copies.
+    """
+    request = {"fingerprint": protocol.fingerprint(), "cwd": os.getcwd(), "env": dict(os.environ), **request}
     problem = "the warm runner kept reporting another version; try `agentloom stop`"
     for _ in range(_ATTEMPTS):
-        sock = connect_or_start(home)
-        with contextlib.closing(sock), _standard_streams() as fds:
-            request = {
-                "op": "run",
-                "fingerprint": fingerprint,
-                "argv": list(argv),
-                "cwd": os.getcwd(),
-                "env": dict(os.environ),
-            }
-            try:
+        sock, started = _connect_or_start(home)
+        try:
+            with _standard_streams() as fds:
                 protocol.send(sock, request, fds)
-                reply, _ = protocol.receive(sock)
-            except (OSError, protocol.ProtocolError):
-                # It stopped (idle, stale, killed) as this request arrived: a new one is started.
-                problem = _ended_message(home, "before the run started")
-                continue
-            if reply.get("stale"):
-                continue  # it was started from another version, and has retired: start a fresh one
-            if "pid" not in reply:
-                raise RunnerUnavailable(f"the warm runner refused the run: {reply.get('error', reply)}")
-            with _forwarding_signals(int(reply["pid"])):
-                try:
-                    ended, _ = protocol.receive(sock)
-                except (OSError, protocol.ProtocolError):
-                    raise RunnerUnavailable(_ended_message(home, "during the run")) from None
-            return int(ended.get("exit", 1))
+            reply, _ = protocol.receive(sock)
+        except (OSError, protocol.ProtocolError):
+            # It stopped (idle, stale, killed) as this request arrived: a new one is started.
+            sock.close()
+            problem = _ended_message(home, "before the run started")
+            continue
+        if reply.get("stale"):
+            sock.close()
+            if started:
+                raise RunnerUnavailable(_other_copy_message(home, reply))
+            continue  # it was started from another version, and has retired: start a fresh one
+        return sock, reply
     raise RunnerUnavailable(problem)
 
 
-def connect_or_start(home: Path) -> socket.socket:
-    """Connect to the home's runner, starting one first if none runs (one at a time per home)."""
+def _other_copy_message(home: Path, reply: dict[str, Any]) -> str:
+    theirs = f"{reply.get('package', 'another copy')} run by {reply.get('python', 'another Python')}"
+    ours = f"{_PACKAGE} run by {sys.executable}"
+    return (
+        f"the warm runner started for this command on {home} is another version of "
+        f"airflow_provider_agentloom ({theirs}) than this command ({ours}), so it cannot serve it: "
+        "the package's files differ (another copy found first on the runner's path, or files that "
+        "changed while it started). Run the command again, or with --no-daemon"
+    )
+
+
+def _connect_or_start(home: Path) -> tuple[socket.socket, bool]:
+    """Connect to the home's runner, starting one first if none runs (one at a time per home).
+
+    Also say whether this call started it.
+    """
     sock = connect(home)
     if sock is not None:
-        return sock
+        return sock, False
     folder = protocol.runner_folder(home)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "start.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two first runs: the second finds the first one's runner
         sock = connect(home)
         if sock is not None:
-            return sock
+            return sock, False
         _launch(home)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             sock = connect(home)
             if sock is not None:
-                return sock
+                return sock, True
             time.sleep(0.02)
     raise RunnerUnavailable(_ended_message(home, "at start-up"))
 

@@ -62,32 +62,14 @@ def call_in_runner(home: Path, arguments: dict[str, Any]) -> Any:
         payload = _pack({**arguments, "asks": ask is not None})
     except Exception as exc:
         raise Unshippable(f"the arguments cannot be pickled: {exc}") from None
-    request = {
-        "op": "call",
-        "fingerprint": protocol.fingerprint(),
-        "cwd": os.getcwd(),
-        "env": dict(os.environ),
-        "path": list(sys.path),
-        "payload": payload,
-    }
-    for _ in range(3):
-        sock = client.connect_or_start(home)
-        with contextlib.closing(sock), client._standard_streams() as fds:
-            try:
-                protocol.send(sock, request, fds)
-                reply, _ = protocol.receive(sock)
-            except (OSError, protocol.ProtocolError):
-                continue  # it stopped as the request arrived: a new one is started
-            if reply.get("stale"):
-                continue
-            if "unshippable" in reply:
-                raise Unshippable(str(reply["unshippable"]))
-            if "pid" not in reply:
-                raise client.RunnerUnavailable(
-                    f"the warm runner refused the run: {reply.get('error', reply)}"
-                )
-            return _follow(sock, int(reply["pid"]), on_progress, ask, stop, home)
-    raise client.RunnerUnavailable(client._ended_message(home, "before the run started"))
+    request = {"op": "call", "path": list(sys.path), "payload": payload}
+    sock, reply = client.hand_over(home, request)
+    with contextlib.closing(sock):
+        if "unshippable" in reply:
+            raise Unshippable(str(reply["unshippable"]))
+        if "pid" not in reply:
+            raise client.RunnerUnavailable(f"the warm runner refused the run: {reply.get('error', reply)}")
+        return _follow(sock, int(reply["pid"]), on_progress, ask, stop, home)
 
 
 def _follow(

@@ -46,6 +46,8 @@ def _say(message: str) -> None:
 
 _ACCEPT_POLL_SECONDS = 0.5
 _REQUEST_SECONDS = 30.0
+_WHAT_RUNS = {"package": str(Path(__file__).resolve().parents[2]), "python": sys.executable}
+"""Told to a client of another version, so that it can name both copies of the package."""
 
 
 class RunnerBusy(Exception):
@@ -173,7 +175,7 @@ class WarmRunner:
             operation = request.get("op")
             if "fingerprint" in request and request["fingerprint"] != self.fingerprint:
                 self.retire()  # first: the client's fresh runner can take the name at once
-                protocol.send(connection, {"stale": True})
+                protocol.send(connection, {"stale": True, **_WHAT_RUNS})
             elif operation == "status":
                 protocol.send(connection, self.status())
             elif operation == "stop":
@@ -181,7 +183,7 @@ class WarmRunner:
                 self.retire()
             elif operation in ("run", "call"):
                 if self.retiring:
-                    protocol.send(connection, {"stale": True})
+                    protocol.send(connection, {"stale": True, **_WHAT_RUNS})
                 else:
                     self._fork_run(connection, request, fds)
             else:
