@@ -120,6 +120,32 @@ async def test_the_cgroup_is_used_and_removed_where_it_can_be_made(tmp_path: Pat
     assert wait_for_processes(marker, present=False) == []
 
 
+@pytest.mark.parametrize("clone3", [True, False], ids=["started-in-it", "moved-in"])
+async def test_the_command_runs_in_the_cgroup_from_its_first_instruction(
+    tmp_path: Path, marker: str, clone3: bool
+) -> None:
+    """``clone3`` starts the command's process in the cgroup; where it is refused (a container's
+    seccomp profile), the forked process moves in before it execs. Either way it is in there, and
+    so is what it starts."""
+    command = f"grep '^0::' /proc/self/cgroup; setsid -f sleep {marker}; echo main-done"
+    result = await run_shell(command, cwd=str(tmp_path), env=None, timeout=30, kernel={"clone3": clone3})
+    cgroup = result.report["cgroup"]
+    if cgroup.startswith("none"):
+        pytest.skip(f"no writable cgroup v2 here ({cgroup})")
+    if clone3 and result.report["cgroup_entry"] != "clone3":
+        pytest.skip("this kernel or its seccomp profile refuses clone3 with CLONE_INTO_CGROUP")
+    assert result.report["cgroup_entry"] == ("clone3" if clone3 else "moved")
+    assert "cgroup_join" not in result.report  # no error joining it
+    membership, said = result.stdout.decode().splitlines()
+    assert membership.startswith("0::/")
+    assert membership.endswith(f"/{os.path.basename(cgroup)}")
+    assert said == "main-done"
+    assert result.returncode == 0
+    assert result.report["leftovers"] == 0  # the detached sleep went with the cgroup, at once
+    assert wait_for_processes(marker, present=False) == []
+    assert not os.path.exists(cgroup)
+
+
 async def test_a_killed_reaper_leaves_nothing_where_it_had_a_cgroup(tmp_path: Path, marker: str) -> None:
     probe = await run_shell("true", cwd=str(tmp_path), env=None, timeout=30)
     if probe.report["cgroup"].startswith("none"):
