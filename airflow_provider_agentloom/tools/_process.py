@@ -24,7 +24,13 @@ import anyio.abc
 from airflow_provider_agentloom.tools._proctree import kill_tree, send_signal
 from airflow_provider_agentloom.tools._reaper import cgroup_dir_for, kill_cgroup, remove_cgroup
 
-REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
+_TOOLS = os.path.dirname(os.path.abspath(__file__))
+REAPER = os.path.join(_TOOLS, "_reaper.py")
+#: How the reaper is started: imported from its folder, so that its bytecode is cached.
+REAPER_COMMAND = (
+    sys.executable, "-I", "-S", "-c",
+    "import sys; sys.path.insert(0, sys.argv[1]); import _reaper; sys.exit(_reaper.main())", _TOOLS,
+)  # fmt: skip
 #: How long a reaper told to stop may take to kill the command's processes before it is killed.
 STOP_GRACE_SECONDS = 5.0
 
@@ -66,7 +72,7 @@ async def run_shell(
     status_read, status_write = os.pipe()
     try:
         process = await anyio.open_process(
-            [sys.executable, "-I", "-S", REAPER],
+            list(REAPER_COMMAND),
             cwd=cwd,
             env=environment,
             stdin=subprocess.PIPE,

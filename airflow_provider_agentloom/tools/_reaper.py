@@ -1,8 +1,10 @@
 """Supervise one ``shell_command``: start ``sh -c`` under the kernel sandbox, then kill all it left.
 
-``tools/_process.py`` runs this file as ``python -I -S _reaper.py``: a fresh, single-threaded
-interpreter (the task process has threads, so it never forks to run Python code). Standard library
-only; as a script it loads ``_linux.py`` and ``_proctree.py`` beside it by path. The protocol:
+``tools/_process.py`` starts it in ``python -I -S``: a fresh, single-threaded interpreter (the task
+process has threads, so it never forks to run Python code), which imports this file and its
+siblings ``_linux.py`` and ``_proctree.py`` from their folder, not as the package (so their
+bytecode is cached: compiling them took 3 ms of every command), and calls :func:`main`. Standard
+library only; ``python -I -S _reaper.py`` runs it too. The protocol:
 
 - stdin: one ``marshal``-ed dict (the spec: command, environment, parent pid, status descriptor,
   Landlock plan, network namespace, cgroup, clone3, required), then end of file. The command reads
@@ -31,7 +33,6 @@ import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import signal
-    from types import ModuleType
     from typing import Any, NoReturn
 else:  # the same functions and constants without signal's enum wrappers (enum costs ~2 ms more)
     import _signal as signal
@@ -43,24 +44,12 @@ _MAX_KILL_ROUNDS = 2000  # each waits at most 50 ms for a child to die
 _MESSAGE_LIMIT = 1000  # a status line stays below PIPE_BUF, so lines never interleave
 
 
-_siblings: dict[str, ModuleType] = {}
-
-
-def _load_sibling(name: str) -> ModuleType:
-    """Load ``tools/<name>.py`` by its path, once (the package is not importable under ``-I -S``)."""
-    module = _siblings.get(name)
-    if module is None:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-        module = _siblings[name] = type(sys)(f"_agentloom{name}")
-        with open(path, encoding="utf-8") as handle:
-            exec(compile(handle.read(), path, "exec"), module.__dict__)
-    return module
-
-
-if TYPE_CHECKING or __name__ != "__main__":
+if TYPE_CHECKING or __package__:
     from airflow_provider_agentloom.tools import _linux
-else:  # run by path
-    _linux = _load_sibling("_linux")
+else:  # started as the reaper: the package is not importable under -I -S, but this folder's files are
+    if sys.path[:1] != [os.path.dirname(os.path.abspath(__file__))]:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _linux  # imported, not read and compiled: its bytecode is cached like any module's
 
 
 # -------------------------------------------------------------------------------------- cgroups
@@ -308,10 +297,10 @@ def _kill_tree() -> list[int]:
     ``_proctree`` is loaded on the first call only: most commands leave no process behind, and
     loading it would add 3% to the reaper's start-up.
     """
-    if TYPE_CHECKING or __name__ != "__main__":
+    if TYPE_CHECKING or __package__:
         from airflow_provider_agentloom.tools import _proctree
     else:
-        _proctree = _load_sibling("_proctree")
+        import _proctree
     return _proctree.kill_tree(os.getpid(), include_root=False)
 
 

@@ -198,10 +198,10 @@ def wait_for_count(marker: str, count: int, seconds: float = 30) -> None:
 
 
 def reaper_of(pid: int) -> int:
-    """Walk up from ``pid`` to the ``_reaper.py`` process that started it."""
+    """Walk up from ``pid`` to the reaper process that started it."""
     while pid > 1:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            if b"_reaper.py" in handle.read():
+            if b"import _reaper" in handle.read():
                 return pid
         with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
             pid = int(handle.read().rpartition(")")[2].split()[1])
