@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -20,6 +21,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
+
+# The signal tests press Ctrl-C (and send SIGHUP) as a terminal would. A suite started with those
+# signals ignored (under `nohup`, or as a background job of a shell without job control) would
+# hand that on to every process it starts, and each would then rightly carry on through them, as
+# `agentloom run` does under `nohup`. The suite's processes start as from a terminal instead.
+for _signum, _default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL)):
+    if signal.getsignal(_signum) is signal.SIG_IGN:
+        signal.signal(_signum, _default)
 
 _HOME = Path(tempfile.mkdtemp(prefix="agentloom-test-home-"))
 os.environ["AGENTLOOM_HOME"] = str(_HOME)

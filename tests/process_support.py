@@ -76,6 +76,22 @@ def wait_for_processes(marker: str, *, present: bool, seconds: float = 5.0) -> l
         time.sleep(0.02)
 
 
+def described(pid: int) -> str:
+    """``pid``, its state, parent, wait channel and command line (what a failure needs to be understood)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        with open(f"/proc/{pid}/wchan", "rb") as wchan:
+            waiting = wchan.read().decode(errors="replace")
+    except OSError as exc:
+        return f"{pid}: gone while described ({exc})"
+    return (
+        f"{pid}: state {fields[0].decode()}, parent {fields[1].decode()}, waiting in {waiting!r}: {command}"
+    )
+
+
 def kill_marked(marker: str) -> list[int]:
     """SIGKILL whatever still carries ``marker`` (a test's last line of defence, after its assertions)."""
     left = processes_with(marker)

@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 import runner_tools
-from process_support import is_gone, new_marker, processes_with
+from process_support import described, is_gone, new_marker, processes_with
 from runner_support import CliRun, run_states, task_states, wait_for
 
 from airflow_provider_agentloom import WorkflowEngine, run_workflow
@@ -81,23 +81,7 @@ def _nothing_left(marker: str) -> None:
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.02)
     left = processes_with(marker)
-    assert not left, "the run's processes did not end in 3 s:\n" + "\n".join(map(_described, left))
-
-
-def _described(pid: int) -> str:
-    """``pid``, its state, parent and command line (what a failure needs to be understood)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rpartition(b")")[2].split()
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        with open(f"/proc/{pid}/wchan", "rb") as wchan:
-            waiting = wchan.read().decode(errors="replace")
-    except OSError as exc:
-        return f"{pid}: gone while described ({exc})"
-    return (
-        f"{pid}: state {fields[0].decode()}, parent {fields[1].decode()}, waiting in {waiting!r}: {command}"
-    )
+    assert not left, "the run's processes did not end in 3 s:\n" + "\n".join(map(described, left))
 
 
 def _run_id(home: Path, dag_id: str = "interrupted") -> str:
