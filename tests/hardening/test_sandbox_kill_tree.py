@@ -141,7 +141,8 @@ async def test_the_command_runs_in_the_cgroup_from_its_first_instruction(
     assert membership.endswith(f"/{os.path.basename(cgroup)}")
     assert said == "main-done"
     assert result.returncode == 0
-    assert result.report["leftovers"] == 0  # the detached sleep went with the cgroup, at once
+    # The detached sleep is killed with the cgroup. (Not counted: a process cgroup.kill has
+    # signalled may not have exited yet when the reaper looks, and is then counted as a leftover.)
     assert wait_for_processes(marker, present=False) == []
     assert not os.path.exists(cgroup)
 
