@@ -383,8 +383,8 @@ def _cached_load(
 
 
 def _same_limits(cached: ParseLimits, now: ParseLimits) -> bool:
-    """Whether a cached verdict still holds: the time limit does not matter (timeouts are not cached)."""
-    return cached is now or dataclasses.replace(cached, parse_timeout=now.parse_timeout) == now
+    """Whether a cached verdict still holds under ``now``."""
+    return cached is now or cached.without_time_limit() == now.without_time_limit()
 
 
 def _stamp_of(stamp: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, int, int], ...]:

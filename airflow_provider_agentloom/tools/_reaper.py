@@ -47,8 +47,9 @@ _MESSAGE_LIMIT = 1000  # a status line stays below PIPE_BUF, so lines never inte
 if TYPE_CHECKING or __package__:
     from airflow_provider_agentloom.tools import _linux
 else:  # started as the reaper: the package is not importable under -I -S, but this folder's files are
-    if sys.path[:1] != [os.path.dirname(os.path.abspath(__file__))]:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    if sys.path[:1] != [_HERE]:
+        sys.path.insert(0, _HERE)
     import _linux  # imported, not read and compiled: its bytecode is cached like any module's
 
 

@@ -62,6 +62,13 @@ class ParseLimits:
         """The ``[agentloom]`` option of a field: ``max_nodes`` -> ``workflow_max_nodes``."""
         return OPTION_PREFIX + field
 
+    def without_time_limit(self) -> ParseLimits:
+        """These limits but the time limit, which does not change the verdict on a file read in time.
+
+        What a cached verdict (valid, or the error) depends on: timeouts are never cached.
+        """
+        return dataclasses.replace(self, parse_timeout=0.0)
+
 
 DEFAULT_LIMITS = ParseLimits()
 

@@ -26,7 +26,6 @@ No Airflow import: the loader passes the folder (``[agentloom] parse_cache_dir``
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import logging
 import os
@@ -183,8 +182,7 @@ def _still(key: object, path: str, limits: ParseLimits) -> bool:
 
 
 def _limits_key(limits: ParseLimits) -> str:
-    # The time limit does not change a verdict once the file was read in time.
-    return repr(dataclasses.replace(limits, parse_timeout=0.0))
+    return repr(limits.without_time_limit())
 
 
 def _sha256(file: str) -> str | None:
