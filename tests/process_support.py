@@ -92,6 +92,11 @@ def described(pid: int) -> str:
     )
 
 
+def left_behind(marker: str, seconds: float) -> list[str]:
+    """Wait up to ``seconds`` for every process with ``marker`` to end; describe those that did not."""
+    return [described(pid) for pid in wait_for_processes(marker, present=False, seconds=seconds)]
+
+
 def kill_marked(marker: str) -> list[int]:
     """SIGKILL whatever still carries ``marker`` (a test's last line of defence, after its assertions)."""
     left = processes_with(marker)

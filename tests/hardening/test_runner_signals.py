@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 import runner_tools
-from process_support import described, is_gone, new_marker, processes_with
+from process_support import is_gone, left_behind, new_marker, processes_with
 from runner_support import CliRun, run_states, task_states, wait_for
 
 from airflow_provider_agentloom import WorkflowEngine, run_workflow
@@ -77,11 +77,8 @@ def _wait_until_both_steps_run(folder: Path, cli: CliRun) -> None:
 
 
 def _nothing_left(marker: str) -> None:
-    deadline = time.monotonic() + 3
-    while processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    left = processes_with(marker)
-    assert not left, "the run's processes did not end in 3 s:\n" + "\n".join(map(described, left))
+    left = left_behind(marker, 3)
+    assert not left, "the run's processes did not end in 3 s:\n" + "\n".join(left)
 
 
 def _run_id(home: Path, dag_id: str = "interrupted") -> str:

@@ -19,14 +19,7 @@ from typing import Any
 
 import pytest
 from cli_support import cli_env
-from process_support import (
-    described,
-    is_gone,
-    kill_marked,
-    new_marker,
-    processes_with,
-    wait_for_processes,
-)
+from process_support import is_gone, kill_marked, left_behind, new_marker, processes_with, wait_for_processes
 from runner_support import CliRun, run_states, wait_for
 
 from airflow_provider_agentloom.runner.daemon import client, protocol
@@ -83,7 +76,7 @@ def _client(command: list[str], cwd: Path, home: Path, marker: str) -> subproces
 
 def _stop_and_check_nothing_left(home: Path, marker: str) -> None:
     client.stop(home)
-    left = [described(pid) for pid in wait_for_processes(marker, present=False, seconds=30)]
+    left = left_behind(marker, 30)
     kill_marked(marker)
     assert left == [], "processes left behind:\n" + "\n".join(left)
 
@@ -245,7 +238,7 @@ def test_ctrl_c_stops_a_warm_run_and_killing_the_runner_mid_run_fails_it_and_the
             assert "ended during the run" in cli.stderr
             assert cli.document()["status"] == "failed"
             # The run process, its step's supervisor and the sleep die with the runner.
-            left = [described(pid) for pid in wait_for_processes(marker, present=False, seconds=30)]
+            left = left_behind(marker, 30)
             assert left == [], "left when the runner was killed:\n" + "\n".join(left)
         (killed,) = set(run_states(home, "killed")) - {interrupted}
         assert run_states(home, "killed")[killed] == "running"  # nobody could mark it yet
