@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,33 @@ def test_a_runner_that_imports_another_copy_of_the_package_is_named_at_once(tmp_
         assert str(PACKAGE) in message  # the command's
         assert message.endswith("Run the command again, or with --no-daemon")
         assert _starts(home) == 1  # named at once, not started again and again
+    finally:
+        _stop_and_check_nothing_left(home, marker)
+
+
+CLIENT_STARTING_IN = """\
+import sys
+from pathlib import Path
+from airflow_provider_agentloom.runner.daemon import client
+client._PACKAGE_PARENT = Path(sys.argv[1])  # the folder the runner is started in
+from airflow_provider_agentloom.cli import main
+main(["run", "flow.yaml", "--json"])
+"""
+
+
+def test_a_runner_started_in_site_packages_loads_each_plugin_once(tmp_path: Path) -> None:
+    """From a non-editable install the runner starts in ``site-packages`` (the package's parent
+    folder), which ``-m`` puts on ``sys.path`` a second time: Airflow then finds every installed
+    distribution twice and warned, on every run, that our plugin was "already registered"."""
+    site_packages = Path(sysconfig.get_paths()["purelib"])
+    (tmp_path / "flow.yaml").write_text(TWO_STEPS)
+    home, marker = tmp_path / "home", new_marker()
+    try:
+        done = _client([sys.executable, "-c", CLIENT_STARTING_IN, str(site_packages)], tmp_path, home, marker)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["status"] == "success"
+        said = done.stdout + done.stderr + (home / "runner" / "runner.log").read_text()
+        assert "already registered" not in said, said[-3000:]
     finally:
         _stop_and_check_nothing_left(home, marker)
 
