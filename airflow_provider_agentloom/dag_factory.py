@@ -107,12 +107,17 @@ def build_dag(
         **(run_context_options or {}),
     )
     kwargs = _dag_kwargs(workflow)
-    check_params(workflow, kwargs["params"])
+    params = kwargs.pop("params")
+    check_params(workflow, params)
     dag = DAG(dag_id=dag_id, **kwargs)
     check_schedule(dag, workflow)
     if fileloc is not None:
         dag.fileloc = fileloc
     _add_scope(dag, run_context, None, None)
+    # Set once the tasks are built: a task built in a DAG deep-copies the DAG's params into its
+    # own (twice: once per operator class level), and every reader takes them from the DAG (a
+    # task's context merges the DAG's params with its own; the trigger form shows the DAG's).
+    dag.params = params
     return dag
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from airflow_support import run_dag_test, task_states, xcom
 from cli_support import cli_env, run_cli
 
@@ -109,6 +110,26 @@ def test_serialized_params_carry_the_fields_of_config_airflow_params(tmp_path: P
         == "Sets state.ratio for this run (default: the workflow's value)"
     )
     params.validate()  # the defaults pass Airflow's own check
+
+
+def test_the_form_is_stored_once_in_the_dag_and_each_step_still_reads_it(tmp_path: Path) -> None:
+    """The params live on the DAG alone: a task built inside a DAG would copy them all into its
+    own params (and the serialized DAG would repeat them in every task), yet every reader takes
+    them from the DAG: a run's values reach the steps, as the form's defaults do."""
+    dag = _build(tmp_path, FORM.replace("    output: checked", "    output: checked\n" + EXTRA_STEP))
+    data, restored = _serialized(dag)
+    assert sorted(restored.params) == sorted(yaml.safe_load(FORM)["state"])
+    assert [task["__var"].get("params") for task in data["dag"]["tasks"]] == [None, None]
+    run = run_dag_test(dag, conf={"api_token": None, "region": "us", "limit": 7})
+    assert task_states(run) == {"check": ("success", 1), "count": ("success", 1)}
+    assert xcom(run, "count")["stdout"] == "7 2026-01-01\n"  # a run's value, and a default
+
+
+EXTRA_STEP = """  - id: count
+    type: tool
+    tool_name: shell_command
+    tool_args: {command: "echo {state.limit} {state.since}"}
+"""
 
 
 def test_types_give_date_pickers_number_fields_and_json_editors(tmp_path: Path) -> None:
