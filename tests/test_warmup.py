@@ -1,0 +1,54 @@
+"""``warm_task_path``: what the runner builds once, before its forks, so that no run builds it again.
+
+Each run (and each step's supervisor and task process) is a fresh fork of the warm runner: what
+the runner left lazy is paid again by every fork. Checked in a fresh interpreter, since this test
+process has long since built all of it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from cli_support import cli_env
+
+PROBE = """
+import json
+from airflow_provider_agentloom.runner.warmup import warm_task_path
+from airflow_provider_agentloom.workflow.models import Workflow
+from airflow._shared.observability.metrics import stats
+from sqlalchemy.orm import mapperlib
+
+before = {"validators": Workflow.__pydantic_complete__, "registry": stats._registry is not None}
+warm_task_path()
+pending = [reg for reg in list(mapperlib._mapper_registries) if reg._new_mappers]
+print(json.dumps({
+    "before": before,
+    "validators": Workflow.__pydantic_complete__,
+    "registry": stats._registry is not None,
+    "mappers_pending": len(pending),
+    "mappers": len(list(mapperlib._mapper_registries)),
+}))
+"""
+
+
+def test_the_warm_up_leaves_no_validator_mapper_or_metrics_registry_to_build(tmp_path: Path) -> None:
+    env = cli_env(tmp_path / "home", AIRFLOW_HOME=str(tmp_path / "airflow"))
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["before"] == {"validators": False, "registry": False}  # lazy until the warm-up
+    assert found["validators"] is True
+    assert found["registry"] is True
+    assert found["mappers"] >= 1
+    assert found["mappers_pending"] == 0
