@@ -34,6 +34,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.operators.context import WorkflowRunContext
+from airflow_provider_agentloom.runner.db_writes import DatabaseWrites
 from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
 from airflow_provider_agentloom.runner.processes import (
     ApiServer,
@@ -127,11 +128,12 @@ class DagRunDriver:
         tasks = TaskProcesses(api, Path(self.home.stub.name), BUNDLE_NAME, self.supervisor_log)
         session = settings.Session()  # type: ignore[misc]  # configured by Airflow's import
         guard = InterruptGuard(lambda: _kill_now(tasks, api), self.stop)
+        writes = DatabaseWrites(self.home.database)
         dag_run = None
         try:
             with guard:
                 dag_run = self._start_run(session)
-                paused = False if guard.requested else self._loop(session, dag_run, tasks, guard)
+                paused = False if guard.requested else self._loop(session, dag_run, tasks, guard, writes)
                 if guard.requested:
                     raise self._interrupted(session, dag_run, tasks, api, guard, started)
                 result = self.collector.collect(session, dag_run, paused=paused, started=started)
@@ -149,6 +151,7 @@ class DagRunDriver:
             tasks.stop_all()
             api.stop()
             session.close()
+            writes.close()
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -226,7 +229,9 @@ class DagRunDriver:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def _loop(self, session: Any, dag_run: Any, tasks: TaskProcesses, guard: InterruptGuard) -> bool:
+    def _loop(
+        self, session: Any, dag_run: Any, tasks: TaskProcesses, guard: InterruptGuard, writes: DatabaseWrites
+    ) -> bool:
         """Schedule and run task instances until the run ends; return True when it paused."""
         from airflow.utils.state import DagRunState, TaskInstanceState
 
@@ -250,7 +255,7 @@ class DagRunDriver:
             if waiting and self._answer_gates(session, waiting, tasks):
                 continue
             if tasks.running:
-                self._wait_for_a_change(session, dag_run, tasks, guard)
+                self._wait_for_a_change(session, dag_run, tasks, guard, writes)
                 continue
             if waiting:
                 return True
@@ -258,12 +263,18 @@ class DagRunDriver:
         return False
 
     def _wait_for_a_change(
-        self, session: Any, dag_run: Any, tasks: TaskProcesses, guard: InterruptGuard
+        self,
+        session: Any,
+        dag_run: Any,
+        tasks: TaskProcesses,
+        guard: InterruptGuard,
+        writes: DatabaseWrites,
     ) -> None:
         """Return once a task instance of the run changed state, a supervisor ended, or a second passed.
 
         A supervisor exits up to ``min_heartbeat_interval`` after its task has reported its
-        state, so the state itself is what is watched.
+        state, so the state itself is what is watched: read again at each write to the database
+        (``writes``), or every ``_POLL_SECONDS`` where writes cannot be watched.
         """
         from airflow.models.taskinstance import TaskInstance
         from sqlalchemy import select
@@ -279,7 +290,10 @@ class DagRunDriver:
         before = states()
         deadline = time.monotonic() + _RUNNING_WAIT_SECONDS
         while not guard.requested and time.monotonic() < deadline:
-            if tasks.wait_for_an_end(_POLL_SECONDS) or states() != before:
+            if tasks.wait_for_an_end(_POLL_SECONDS, writes.fileno()):
+                return
+            writes.drain()  # before the read: a write after it wakes the next wait
+            if states() != before:
                 return
 
     def _answer_gates(self, session: Any, waiting: list[Any], tasks: TaskProcesses) -> bool:

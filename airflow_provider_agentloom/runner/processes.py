@@ -376,20 +376,22 @@ class TaskProcesses:
         os.set_blocking(read_fd, False)
         self.running[pid] = TaskProcess(ti.key, read_fd)
 
-    def wait_for_an_end(self, timeout: float) -> bool:
-        """Sleep up to ``timeout`` seconds, waking as soon as a supervisor ends; True if one did.
+    def wait_for_an_end(self, timeout: float, wake_fd: int | None = None) -> bool:
+        """Sleep up to ``timeout`` seconds, waking as soon as a supervisor ends (then return True)
+        or ``wake_fd`` is readable (then False).
 
         A supervisor's end closes its start-up pipe (the task it forked has ended before it).
         """
         fds = [process.reason_fd for process in self.running.values()]
-        if not fds:
+        watched = [*fds, wake_fd] if wake_fd is not None else fds
+        if not watched:
             time.sleep(timeout)
             return False
         try:
-            readable, _, _ = select.select(fds, [], [], timeout)
+            readable, _, _ = select.select(watched, [], [], timeout)
         except (OSError, ValueError):
             return True  # a pipe was closed meanwhile: look again
-        return bool(readable)
+        return any(fd != wake_fd for fd in readable)
 
     def reap(self) -> list[tuple[TaskProcess, int]]:
         """Return ``(process, exit_code)`` for every supervisor that has ended."""

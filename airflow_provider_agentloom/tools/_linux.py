@@ -1,4 +1,4 @@
-"""Call the Linux system calls the sandbox needs through ctypes: Landlock, openat2, prctl, unshare.
+"""Call the Linux system calls we need through ctypes: Landlock, openat2, prctl, unshare, inotify.
 
 Standard library only, and no import of the package: the reaper (``tools/_reaper.py``) runs in a
 ``python -I -S`` process that loads this file by its path. Every function fails with ``OSError``
@@ -33,6 +33,11 @@ PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 CLONE_INTO_CGROUP = 0x200000000
+
+# inotify (linux/inotify.h): the event watched, and inotify_init1's flags (O_NONBLOCK, O_CLOEXEC).
+IN_MODIFY = 0x00000002
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = 0o2000000
 
 # openat2 resolve flags (linux/openat2.h).
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -125,6 +130,17 @@ def prctl(option: int, value: int) -> None:
     """Call ``prctl(option, value, 0, 0, 0)``."""
     zero = ctypes.c_ulong(0)
     _check(_c().prctl(ctypes.c_int(option), ctypes.c_ulong(value), zero, zero, zero), "prctl")
+
+
+def inotify_watch(path: str, mask: int) -> int:
+    """A non-blocking inotify descriptor (close-on-exec) watching ``path`` for the ``mask`` events."""
+    fd = _check(_c().inotify_init1(ctypes.c_int(IN_NONBLOCK | IN_CLOEXEC)), "inotify_init1")
+    try:
+        _check(_c().inotify_add_watch(ctypes.c_int(fd), os.fsencode(path), ctypes.c_uint32(mask)), path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def unshare(flags: int) -> None:
