@@ -33,7 +33,9 @@ def test_a_commit_to_the_database_wakes_the_watcher_until_drained(tmp_path: Path
         writes.drain()
         assert not _readable(writes.fileno(), 0)
         # A read writes nothing: it wakes no one.
-        assert sqlite3.connect(database).execute("SELECT state FROM task_instance").fetchall() == [("success",)]
+        assert sqlite3.connect(database).execute("SELECT state FROM task_instance").fetchall() == [
+            ("success",)
+        ]
         assert not _readable(writes.fileno(), 0.2)
         writer.execute("UPDATE task_instance SET state = 'failed'")
         writer.commit()
