@@ -163,6 +163,28 @@ def test_a_runner_that_imports_another_copy_of_the_package_is_named_at_once(tmp_
         _stop_and_check_nothing_left(home, marker)
 
 
+def test_the_console_script_and_the_python_command_of_one_environment_share_the_runner(
+    tmp_path: Path,
+) -> None:
+    """``agentloom`` runs as ``.venv/bin/python3`` (its shebang), a script or a notebook as
+    ``.venv/bin/python``: one interpreter and one environment, so one runner. Each switch between
+    the two replaced the runner (a first run's seconds) when the interpreter's path was compared."""
+    names = [Path(sys.executable).parent / name for name in ("python3", "python")]
+    if not all(name.exists() for name in names):
+        pytest.skip("this environment lacks a python3 or a python command")
+    (tmp_path / "flow.yaml").write_text(TWO_STEPS)
+    home, marker = tmp_path / "home", new_marker()
+    call = "from airflow_provider_agentloom import run_workflow; print(run_workflow('flow.yaml').status.value)"
+    try:
+        for python in (*names, names[0]):
+            done = _client([str(python), "-c", call], tmp_path, home, marker)
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert done.stdout.strip().splitlines()[-1] == "success"
+        assert _starts(home) == 1
+    finally:
+        _stop_and_check_nothing_left(home, marker)
+
+
 CLIENT_STARTING_IN = """\
 import sys
 from pathlib import Path

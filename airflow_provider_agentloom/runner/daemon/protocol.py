@@ -5,7 +5,7 @@ Standard library only: the client side must start in milliseconds, without Airfl
 - **Address.** A Linux abstract Unix socket named after the home and the user: it has no file
   that could be left behind, and binding it is atomic, so it is also the "one runner per home"
   lock. Only a peer of the same uid is served (``SO_PEERCRED``).
-- **Fingerprint.** What the runner was started from: this protocol, the Python interpreter, the
+- **Fingerprint.** What the runner was started from: this protocol, the Python environment, the
   source files of this package and of Airflow, and the ``AIRFLOW__*`` settings of the starting
   environment (Airflow reads them once, at import). A client whose fingerprint differs is told
   the runner is stale; the runner retires and the client starts a fresh one.
@@ -61,7 +61,10 @@ def address(home: Path) -> str:
 def fingerprint() -> str:
     """What the runner must have been started from to serve this client (see the module doc)."""
     digest = hashlib.sha256()
-    digest.update(f"{PROTOCOL}|{sys.executable}|{sys.version}\n".encode())
+    # The interpreter's environment, not the name it was called by: ``agentloom`` runs as
+    # ``.venv/bin/python3`` (its shebang), a script as ``.venv/bin/python``, and both must share
+    # one runner. A venv's prefix is its own folder: another venv is another runner.
+    digest.update(f"{PROTOCOL}|{sys.prefix}|{sys.version}\n".encode())
     package = Path(__file__).resolve().parents[2]
     for path in sorted(package.rglob("*.py")):
         stat = path.stat()
