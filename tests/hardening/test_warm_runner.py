@@ -174,7 +174,9 @@ def test_the_console_script_and_the_python_command_of_one_environment_share_the_
         pytest.skip("this environment lacks a python3 or a python command")
     (tmp_path / "flow.yaml").write_text(TWO_STEPS)
     home, marker = tmp_path / "home", new_marker()
-    call = "from airflow_provider_agentloom import run_workflow; print(run_workflow('flow.yaml').status.value)"
+    call = (
+        "from airflow_provider_agentloom import run_workflow; print(run_workflow('flow.yaml').status.value)"
+    )
     try:
         for python in (*names, names[0]):
             done = _client([str(python), "-c", call], tmp_path, home, marker)
