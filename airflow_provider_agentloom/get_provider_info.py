@@ -195,6 +195,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "off",
                         "default": None,
                     },
+                    "preload_modules": {
+                        "description": "Whether the scheduler, the dag-processor and the triggerer import "
+                        "AgentLoom's loader, operators and tools when they start, so that the parses and "
+                        "tasks they fork (the LocalExecutor's) start with them instead of importing them "
+                        "each time. Task processes and other commands never do.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
                     **_WORKFLOW_LIMIT_OPTIONS,
                 },
             }

@@ -139,6 +139,13 @@ def parse_cache_dir() -> str | None:
     return None if value.strip().lower() in PARSE_CACHE_OFF else value
 
 
+def preload_modules() -> bool:
+    """Return ``[agentloom] preload_modules``: whether Airflow's jobs import our modules at start
+    (see :mod:`airflow_provider_agentloom.preload`; default True)."""
+    value = option("preload_modules")
+    return value is None or value.strip().lower() not in ("false", "no", "off", "0")
+
+
 def workflow_limits() -> ParseLimits:
     """Return the ``[agentloom] workflow_*`` limits of one workflow file's load.
 

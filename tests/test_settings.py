@@ -19,6 +19,7 @@ GETTERS: dict[str, Callable[[], Any]] = {
     "llm_max_reply_bytes": settings.llm_max_reply_bytes,
     "max_parallel_tool_calls": settings.max_parallel_tool_calls,
     "max_tool_calls_per_reply": settings.max_tool_calls_per_reply,
+    "preload_modules": settings.preload_modules,
 }
 NUMBERS = {
     "llm_request_timeout": ("0.5", 0.5),
@@ -90,3 +91,12 @@ def test_the_parse_cache_lives_in_the_airflow_home_unless_moved_or_off(
     for off in ("off", "OFF", "false", "no", "none"):
         monkeypatch.setenv("AIRFLOW__AGENTLOOM__PARSE_CACHE_DIR", off)
         assert settings.parse_cache_dir() is None
+
+
+def test_the_jobs_preload_our_modules_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert settings.preload_modules() is True
+    for off in ("False", "false", "no", "off", "0"):
+        monkeypatch.setenv("AIRFLOW__AGENTLOOM__PRELOAD_MODULES", off)
+        assert settings.preload_modules() is False
+    monkeypatch.setenv("AIRFLOW__AGENTLOOM__PRELOAD_MODULES", "True")
+    assert settings.preload_modules() is True

@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib
 import logging
 
+from airflow_provider_agentloom.preload import TASK_MODULES
+
 log = logging.getLogger(__name__)
 
 _TASK_MODULES = (
@@ -56,21 +58,11 @@ _TASK_MODULES = (
     "dill",
     "tabulate",
     "setproctitle",
-    "anyio._backends._asyncio",
-    # Ours: what a run and a step import.
+    # Ours: what a step imports (as Airflow's jobs preload it), then what a run imports.
+    *TASK_MODULES,
     "airflow_provider_agentloom.cli.options",
     "airflow_provider_agentloom.cli.render",
     "airflow_provider_agentloom.workflow.lint",
-    "airflow_provider_agentloom.operators.registry",
-    "airflow_provider_agentloom.operators.tool",
-    "airflow_provider_agentloom.operators.llm",
-    "airflow_provider_agentloom.operators.router",
-    "airflow_provider_agentloom.operators.subworkflow",
-    "airflow_provider_agentloom.operators.approval",
-    "airflow_provider_agentloom.tools.builtins",
-    "airflow_provider_agentloom.tools.invoke",
-    "airflow_provider_agentloom.tools.sandbox",
-    "airflow_provider_agentloom.observability",
     "airflow_provider_agentloom.ui.plugin",
 )
 

@@ -1,4 +1,4 @@
-"""The Airflow plugin that puts AgentLoom's pages in the UI: a run tab and a DAG tab.
+"""The Airflow plugin: AgentLoom's pages in the UI (a run tab and a DAG tab), and the preload listener.
 
 Registered through the ``airflow.plugins`` entry point, which every Airflow component loads
 whatever its settings (a provider's ``plugins`` list is read only with
@@ -6,6 +6,9 @@ whatever its settings (a provider's ``plugins`` list is read only with
 each as a tab (``destination`` ``dag_run`` and ``dag``) holding an iframe of our FastAPI app, at
 the same origin, so the UI's login cookie authenticates it. Task processes load plugins too (for
 macros): the FastAPI app is imported only when the api-server asks for it.
+
+Its listener (:class:`~airflow_provider_agentloom.preload.PreloadListener`) imports our loader,
+operators and tools when an Airflow job starts, so the parses and tasks it forks start with them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_provider_agentloom.preload import PreloadListener
+
 _PREFIX = "/agentloom"
 
 
@@ -21,6 +26,7 @@ class AgentLoomUIPlugin(AirflowPlugin):
     """A "Run summary" tab on every DAG run and a "Spend" tab on every DAG (see ``ui.app``)."""
 
     name = "agentloom"
+    listeners = [PreloadListener()]
     external_views = [
         {
             "name": "AgentLoom summary",
