@@ -7,11 +7,14 @@ of its ``execute`` (the tools and ``anyio``'s event-loop backend), where a bare 
 nothing of its own. Airflow does the same for its own modules: the dag-processor imports a DAG
 file's ``airflow.*`` imports before it forks the file's parse (``parsing_pre_import_modules``).
 
-:class:`PreloadListener`, registered by our plugin, imports ours when an Airflow job starts (the
-scheduler, the dag-processor, the triggerer: the ``on_starting`` listener hook, called before they
-fork anything), so every process they fork starts with them. Not in a task process (the hook's
-other caller) nor in any process that is not a job, so no other DAG's task pays for it.
-``[agentloom] preload_modules = False`` turns it off.
+Our plugin's listener (``ui.plugin.PreloadListener``) calls :func:`on_component_start` when an
+Airflow job starts (the scheduler, the dag-processor, the triggerer: the ``on_starting`` listener
+hook, called before they fork anything), so every process they fork starts with our modules. Not
+in a task process (the hook's other caller) nor in any process that is not a job, so no other DAG's
+task pays for it. ``[agentloom] preload_modules = False`` turns it off.
+
+This module imports nothing of Airflow: the warm runner reads :data:`TASK_MODULES` before it
+configures Airflow on its home.
 """
 
 from __future__ import annotations
@@ -49,22 +52,11 @@ def preload(modules: tuple[str, ...] = TASK_MODULES) -> None:
             log.debug("preload: cannot import %s", name, exc_info=True)
 
 
-def _hookimpl(function: Any) -> Any:
-    try:
-        from airflow.listeners import hookimpl
-    except ImportError:  # pragma: no cover - an Airflow without listeners
-        return function
-    return hookimpl(function)
+def on_component_start(component: Any) -> None:
+    """What the plugin's listener does at Airflow's ``on_starting``: :func:`preload` in a job."""
+    if type(component).__name__ != "Job" or type(component).__module__ != "airflow.jobs.job":
+        return  # a task process (TaskRunnerMarker), or a component that forks nothing of ours
+    from airflow_provider_agentloom import settings
 
-
-class PreloadListener:
-    """An Airflow listener: :func:`preload` when an Airflow job (a long-lived component) starts."""
-
-    @_hookimpl
-    def on_starting(self, component: Any) -> None:
-        if type(component).__name__ != "Job" or type(component).__module__ != "airflow.jobs.job":
-            return  # a task process (TaskRunnerMarker), or a component that forks nothing of ours
-        from airflow_provider_agentloom import settings
-
-        if settings.preload_modules():
-            preload()
+    if settings.preload_modules():
+        preload()

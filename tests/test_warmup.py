@@ -15,8 +15,9 @@ from pathlib import Path
 from cli_support import cli_env
 
 PROBE = """
-import json
+import json, sys
 from airflow_provider_agentloom.runner.warmup import warm_task_path
+airflow_at_import = "airflow" in sys.modules  # the runner imports it before it configures Airflow
 from airflow_provider_agentloom.workflow.models import Workflow
 from airflow._shared.observability.metrics import stats
 from sqlalchemy.orm import mapperlib
@@ -25,6 +26,7 @@ before = {"validators": Workflow.__pydantic_complete__, "registry": stats._regis
 warm_task_path()
 pending = [reg for reg in list(mapperlib._mapper_registries) if reg._new_mappers]
 print(json.dumps({
+    "airflow_at_import": airflow_at_import,
     "before": before,
     "validators": Workflow.__pydantic_complete__,
     "registry": stats._registry is not None,
@@ -47,6 +49,7 @@ def test_the_warm_up_leaves_no_validator_mapper_or_metrics_registry_to_build(tmp
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["airflow_at_import"] is False
     assert found["before"] == {"validators": False, "registry": False}  # lazy until the warm-up
     assert found["validators"] is True
     assert found["registry"] is True

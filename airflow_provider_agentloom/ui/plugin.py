@@ -7,19 +7,28 @@ each as a tab (``destination`` ``dag_run`` and ``dag``) holding an iframe of our
 the same origin, so the UI's login cookie authenticates it. Task processes load plugins too (for
 macros): the FastAPI app is imported only when the api-server asks for it.
 
-Its listener (:class:`~airflow_provider_agentloom.preload.PreloadListener`) imports our loader,
-operators and tools when an Airflow job starts, so the parses and tasks it forks start with them.
+Its listener (:class:`PreloadListener`) imports our loader, operators and tools when an Airflow job
+starts, so the parses and tasks it forks start with them (see :mod:`airflow_provider_agentloom.preload`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_provider_agentloom.preload import PreloadListener
+from airflow_provider_agentloom import preload
 
 _PREFIX = "/agentloom"
+
+
+class PreloadListener:
+    """An Airflow listener: our modules imported when an Airflow job starts."""
+
+    @hookimpl
+    def on_starting(self, component: Any) -> None:
+        preload.on_component_start(component)
 
 
 class AgentLoomUIPlugin(AirflowPlugin):
