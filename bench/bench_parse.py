@@ -71,11 +71,14 @@ import gc, json, sys, time
 from airflow.dag_processing.dagbag import BundleDagBag
 folder, bags, expected, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 if mode == "dag-processor":
-    # What Airflow's dag-processor manager does before it forks the child that parses a file: import
+    # What `airflow dag-processor` does before its manager forks the child that parses a file:
+    # create its Job (whose start calls the plugins' listeners: ours preloads our modules), import
     # the file's own airflow.* imports (processor.py, [dag_processor] parsing_pre_import_modules),
     # and freeze the GC (manager.py), so the child's collections skip Airflow's own objects.
     import importlib, pathlib
+    from airflow.jobs.job import Job
     from airflow.utils.file import iter_airflow_imports
+    Job()
     for path in pathlib.Path(folder).glob("*.py"):
         for module in iter_airflow_imports(str(path)):
             importlib.import_module(module)
