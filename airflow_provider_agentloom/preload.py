@@ -7,11 +7,15 @@ of its ``execute`` (the tools and ``anyio``'s event-loop backend), where a bare 
 nothing of its own. Airflow does the same for its own modules: the dag-processor imports a DAG
 file's ``airflow.*`` imports before it forks the file's parse (``parsing_pre_import_modules``).
 
-Our plugin's listener (``ui.plugin.PreloadListener``) calls :func:`on_component_start` when an
-Airflow job starts (the scheduler, the dag-processor, the triggerer: the ``on_starting`` listener
-hook, called before they fork anything), so every process they fork starts with our modules. Not
-in a task process (the hook's other caller) nor in any process that is not a job, so no other DAG's
-task pays for it. ``[agentloom] preload_modules = False`` turns it off.
+Our plugin calls :func:`preload_in_a_job` when Airflow loads plugins, which it does as each job
+starts (the scheduler, the dag-processor, the triggerer), before it forks anything: in a process
+started as one of those commands, our modules are imported then, and every process it forks
+starts with them. Nowhere else: not in a task process (its own command, or a fork that inherits
+the loaded plugins), the api-server or any other command, so no other DAG's task pays for ours.
+``[agentloom] preload_modules = False`` turns it off.
+
+Not through a listener: an Airflow with any listener registered refuses every DAG that has a
+deferrable task with ``end_from_trigger=True`` (``DagBag.bag_dag``), whoever's DAG it is.
 
 This module imports nothing of Airflow: the warm runner reads :data:`TASK_MODULES` before it
 configures Airflow on its home.
@@ -21,7 +25,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+import os
+import sys
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +57,24 @@ def preload(modules: tuple[str, ...] = TASK_MODULES) -> None:
             log.debug("preload: cannot import %s", name, exc_info=True)
 
 
-def on_component_start(component: Any) -> None:
-    """What the plugin's listener does at Airflow's ``on_starting``: :func:`preload` in a job."""
-    if type(component).__name__ != "Job" or type(component).__module__ != "airflow.jobs.job":
-        return  # a task process (TaskRunnerMarker), or a component that forks nothing of ours
+JOB_COMMANDS = frozenset({"scheduler", "dag-processor", "triggerer"})
+"""The ``airflow`` commands that run a job: the processes whose forks parse DAG files and run tasks."""
+
+
+def is_job_command(argv: list[str]) -> bool:
+    """Whether ``argv`` is ``airflow <job command> ...`` (the console script or ``python -m airflow``)."""
+    # argv[0]: ``/venv/bin/airflow``, or ``.../airflow/__main__.py`` for ``python -m airflow``.
+    return (
+        len(argv) > 1
+        and argv[1] in JOB_COMMANDS
+        and "airflow" in os.path.normpath(argv[0]).split(os.sep)[-2:]
+    )
+
+
+def preload_in_a_job() -> None:
+    """:func:`preload`, in a process started as an Airflow job command, unless turned off."""
+    if not is_job_command(sys.argv):
+        return
     from airflow_provider_agentloom import settings
 
     if settings.preload_modules():

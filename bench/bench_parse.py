@@ -72,12 +72,13 @@ from airflow.dag_processing.dagbag import BundleDagBag
 folder, bags, expected, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 if mode == "dag-processor":
     # What `airflow dag-processor` does before its manager forks the child that parses a file:
-    # create its Job (whose start calls the plugins' listeners: ours preloads our modules), import
-    # the file's own airflow.* imports (processor.py, [dag_processor] parsing_pre_import_modules),
+    # create its Job (whose start loads the plugins: ours preloads our modules in a job's process),
+    # import the file's own airflow.* imports (processor.py, [dag_processor] parsing_pre_import_modules),
     # and freeze the GC (manager.py), so the child's collections skip Airflow's own objects.
-    import importlib, pathlib
+    import importlib, os, pathlib
     from airflow.jobs.job import Job
     from airflow.utils.file import iter_airflow_imports
+    sys.argv = [os.path.join(os.path.dirname(sys.executable), "airflow"), "dag-processor"]
     Job()
     for path in pathlib.Path(folder).glob("*.py"):
         for module in iter_airflow_imports(str(path)):

@@ -1,7 +1,9 @@
-"""The preload listener: Airflow's jobs import our modules when they start, task processes never do.
+"""The jobs' preload: an Airflow job's process imports our modules as it loads plugins; nothing else does.
 
 Each case runs in a fresh interpreter (this test process has long since imported everything),
-through the plugin as Airflow loads it (its entry point), with a private ``AIRFLOW_HOME``.
+loading plugins the way Airflow does at a job's start (``get_listener_manager``, which loads every
+plugin through its entry point), with a private ``AIRFLOW_HOME`` and the ``sys.argv`` of the
+command it plays.
 """
 
 from __future__ import annotations
@@ -14,27 +16,32 @@ from pathlib import Path
 import pytest
 from cli_support import cli_env
 
-from airflow_provider_agentloom.preload import TASK_MODULES
+from airflow_provider_agentloom.preload import TASK_MODULES, is_job_command
 
 PROBE = """
 import json, sys
-from airflow.listeners.listener import get_listener_manager
+sys.argv = json.loads(sys.argv[1])
 before = [name for name in MODULES if name in sys.modules]
-if sys.argv[1] == "job":
-    from airflow.jobs.job import Job
-    Job()  # as the scheduler, the dag-processor and the triggerer start
-else:
-    from airflow.sdk.execution_time.task_runner import TaskRunnerMarker
-    get_listener_manager().hook.on_starting(component=TaskRunnerMarker())  # as a task process starts
-print(json.dumps({"before": before, "after": [name for name in MODULES if name in sys.modules]}))
+from airflow.listeners.listener import get_listener_manager
+listeners = get_listener_manager()  # what a Job does as it starts: every plugin is loaded
+print(json.dumps({
+    "before": before,
+    "after": [name for name in MODULES if name in sys.modules],
+    "listeners": listeners.has_listeners,
+}))
 """
 
 
-def _probe(tmp_path: Path, component: str, **settings: str) -> dict[str, list[str]]:
-    env = cli_env(tmp_path / "home", AIRFLOW_HOME=str(tmp_path / "airflow"), **settings)
+def _probe(tmp_path: Path, argv: list[str], **settings: str) -> dict[str, object]:
+    env = cli_env(
+        tmp_path / "home",
+        AIRFLOW_HOME=str(tmp_path / "airflow"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",  # Airflow's example plugins register a listener
+        **settings,
+    )
     code = f"MODULES = {list(TASK_MODULES)!r}\n{PROBE}"
     done = subprocess.run(
-        [sys.executable, "-c", code, component],
+        [sys.executable, "-c", code, json.dumps(argv)],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -43,26 +50,91 @@ def _probe(tmp_path: Path, component: str, **settings: str) -> dict[str, list[st
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    found: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
 
 
-def test_an_airflow_job_imports_our_task_modules_as_it_starts(tmp_path: Path) -> None:
-    found = _probe(tmp_path, "job")
+SCHEDULER = [str(Path(sys.executable).parent / "airflow"), "scheduler"]
+
+
+def test_a_job_imports_our_task_modules_as_it_loads_plugins_and_registers_no_listener(
+    tmp_path: Path,
+) -> None:
+    found = _probe(tmp_path, SCHEDULER)
     assert found["before"] == []
     assert found["after"] == list(TASK_MODULES)
+    # Any listener would make Airflow refuse every DAG with an end_from_trigger=True task.
+    assert found["listeners"] is False
 
 
 @pytest.mark.parametrize(
-    ("component", "settings"),
+    ("argv", "settings"),
     [
-        ("task", {}),  # a task process: other DAGs' tasks must not pay for ours
-        ("job", {"AIRFLOW__AGENTLOOM__PRELOAD_MODULES": "False"}),
+        (["/venv/lib/python3.11/site-packages/airflow/__main__.py", "api-server"], {}),
+        (["/venv/bin/python", "-m", "airflow.sdk.execution_time.execute_workload"], {}),  # a task
+        (SCHEDULER, {"AIRFLOW__AGENTLOOM__PRELOAD_MODULES": "False"}),
     ],
-    ids=["task-process", "turned-off"],
+    ids=["api-server", "task-process", "turned-off"],
 )
-def test_nothing_is_imported_in_a_task_process_or_when_turned_off(
-    tmp_path: Path, component: str, settings: dict[str, str]
+def test_nothing_is_imported_in_other_processes_or_when_turned_off(
+    tmp_path: Path, argv: list[str], settings: dict[str, str]
 ) -> None:
-    found = _probe(tmp_path, component, **settings)
-    assert found == {"before": [], "after": []}
+    found = _probe(tmp_path, argv, **settings)
+    assert (found["before"], found["after"]) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["/venv/bin/airflow", "scheduler"], True),
+        (["/venv/bin/airflow", "dag-processor", "--subdir", "x"], True),
+        (["/venv/lib/python3.11/site-packages/airflow/__main__.py", "triggerer"], True),
+        (["/venv/bin/airflow", "tasks", "test", "scheduler"], False),
+        (["/venv/bin/airflow"], False),
+        (["/home/me/scheduler.py", "scheduler"], False),
+    ],
+)
+def test_the_job_commands(argv: list[str], expected: bool) -> None:
+    assert is_job_command(argv) is expected
+
+
+DEFERRED_DAG = """
+from datetime import datetime, timedelta
+
+from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
+from airflow.sdk import DAG
+
+with DAG("ends_from_its_trigger", schedule=None, start_date=datetime(2026, 1, 1)):
+    TimeDeltaSensor(task_id="wait", delta=timedelta(seconds=1), deferrable=True, end_from_trigger=True)
+"""
+
+
+def test_a_dag_with_an_end_from_trigger_task_still_loads_beside_our_plugin(tmp_path: Path) -> None:
+    """Airflow refuses such a DAG while any listener is registered: our plugin registers none."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "deferred.py").write_text(DEFERRED_DAG)
+    code = (
+        "import json, sys\n"
+        "sys.argv = json.loads(sys.argv[1])\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"bag = DagBag(dag_folder={str(dags)!r})\n"
+        "print(json.dumps({'dags': sorted(bag.dags), 'errors': bag.import_errors}))\n"
+    )
+    env = cli_env(
+        tmp_path / "home", AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(SCHEDULER)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "dags": ["ends_from_its_trigger"],
+        "errors": {},
+    }

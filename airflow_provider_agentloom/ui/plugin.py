@@ -1,4 +1,4 @@
-"""The Airflow plugin: AgentLoom's pages in the UI (a run tab and a DAG tab), and the preload listener.
+"""The Airflow plugin: AgentLoom's pages in the UI (a run tab and a DAG tab), and the jobs' preload.
 
 Registered through the ``airflow.plugins`` entry point, which every Airflow component loads
 whatever its settings (a provider's ``plugins`` list is read only with
@@ -7,15 +7,16 @@ each as a tab (``destination`` ``dag_run`` and ``dag``) holding an iframe of our
 the same origin, so the UI's login cookie authenticates it. Task processes load plugins too (for
 macros): the FastAPI app is imported only when the api-server asks for it.
 
-Its listener (:class:`PreloadListener`) imports our loader, operators and tools when an Airflow job
-starts, so the parses and tasks it forks start with them (see :mod:`airflow_provider_agentloom.preload`).
+When it is loaded in an Airflow job (the scheduler, the dag-processor, the triggerer), it imports
+our loader, operators and tools, so the parses and tasks the job forks start with them (see
+:mod:`airflow_provider_agentloom.preload`). It registers no listener: Airflow refuses every DAG with
+an ``end_from_trigger=True`` deferrable task while any listener is registered.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider_agentloom import preload
@@ -23,19 +24,10 @@ from airflow_provider_agentloom import preload
 _PREFIX = "/agentloom"
 
 
-class PreloadListener:
-    """An Airflow listener: our modules imported when an Airflow job starts."""
-
-    @hookimpl
-    def on_starting(self, component: Any) -> None:
-        preload.on_component_start(component)
-
-
 class AgentLoomUIPlugin(AirflowPlugin):
     """A "Run summary" tab on every DAG run and a "Spend" tab on every DAG (see ``ui.app``)."""
 
     name = "agentloom"
-    listeners = [PreloadListener()]
     external_views = [
         {
             "name": "AgentLoom summary",
@@ -50,6 +42,11 @@ class AgentLoomUIPlugin(AirflowPlugin):
             "url_route": "agentloom-spend",
         },
     ]
+
+    @classmethod
+    def on_load(cls, *args: Any, **kwargs: Any) -> None:
+        """Airflow loads plugins once per process; in a job's process, preload our modules."""
+        preload.preload_in_a_job()
 
     @property
     def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
