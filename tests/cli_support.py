@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
 
@@ -73,3 +75,20 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def fresh_python_json(tmp_path: Path, code: str, *args: str, **extra: str) -> Any:
+    """Run ``code`` in a fresh interpreter (a private Airflow home under ``tmp_path``, ``extra`` set
+    last) and return the JSON document its last line printed; fail the test if it fails."""
+    env = cli_env(tmp_path / "home", AIRFLOW_HOME=str(tmp_path / "airflow"), **extra)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -9,12 +9,11 @@ command it plays.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from cli_support import cli_env
+from cli_support import fresh_python_json
 
 from airflow_provider_agentloom.preload import TASK_MODULES, is_job_command
 
@@ -33,24 +32,11 @@ print(json.dumps({
 
 
 def _probe(tmp_path: Path, argv: list[str], **settings: str) -> dict[str, object]:
-    env = cli_env(
-        tmp_path / "home",
-        AIRFLOW_HOME=str(tmp_path / "airflow"),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",  # Airflow's example plugins register a listener
-        **settings,
-    )
     code = f"MODULES = {list(TASK_MODULES)!r}\n{PROBE}"
-    done = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(argv)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    # Airflow's example plugins register a listener: without them, ours is the only plugin.
+    found: dict[str, object] = fresh_python_json(
+        tmp_path, code, json.dumps(argv), AIRFLOW__CORE__LOAD_EXAMPLES="False", **settings
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
 
 
@@ -121,20 +107,5 @@ def test_a_dag_with_an_end_from_trigger_task_still_loads_beside_our_plugin(tmp_p
         f"bag = DagBag(dag_folder={str(dags)!r})\n"
         "print(json.dumps({'dags': sorted(bag.dags), 'errors': bag.import_errors}))\n"
     )
-    env = cli_env(
-        tmp_path / "home", AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(SCHEDULER)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
-        "dags": ["ends_from_its_trigger"],
-        "errors": {},
-    }
+    found = fresh_python_json(tmp_path, code, json.dumps(SCHEDULER), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    assert found == {"dags": ["ends_from_its_trigger"], "errors": {}}

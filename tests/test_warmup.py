@@ -7,12 +7,9 @@ process has long since built all of it.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-from cli_support import cli_env
+from cli_support import fresh_python_json
 
 PROBE = """
 import json, sys
@@ -37,18 +34,7 @@ print(json.dumps({
 
 
 def test_the_warm_up_leaves_no_validator_mapper_or_metrics_registry_to_build(tmp_path: Path) -> None:
-    env = cli_env(tmp_path / "home", AIRFLOW_HOME=str(tmp_path / "airflow"))
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = fresh_python_json(tmp_path, PROBE)
     assert found["airflow_at_import"] is False
     assert found["before"] == {"validators": False, "registry": False}  # lazy until the warm-up
     assert found["validators"] is True
