@@ -32,6 +32,12 @@ for _signum, _default in ((signal.SIGINT, signal.default_int_handler), (signal.S
 
 _HOME = Path(tempfile.mkdtemp(prefix="agentloom-test-home-"))
 os.environ["AGENTLOOM_HOME"] = str(_HOME)
+# New homes copy a template database (runner/home.py), by default from the user's
+# ~/.cache/agentloom/templates: the suite keeps its own, made by its first home and shared by its
+# xdist workers (they inherit the variable from the controller), removed at the session's end.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["AGENTLOOM_TEMPLATES"] = tempfile.mkdtemp(prefix="agentloom-test-templates-")
+_TEMPLATES = Path(os.environ["AGENTLOOM_TEMPLATES"])
 os.environ["AGENTLOOM_AIRFLOW_LOG_LEVEL"] = "INFO"  # task logs in dag.test() tests keep INFO lines
 # The Python API runs in the test's process (its monkeypatches and network guard apply), unless
 # a test asks for the warm runner (daemon=True); CLI processes choose through cli_env(warm=...).
@@ -70,6 +76,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HOME, ignore_errors=True)
     if hasattr(config, "workerinput"):
         return  # a pytest-xdist worker: the other worker may still use the fixed places
+    shutil.rmtree(_TEMPLATES, ignore_errors=True)
     for place in (p for p in _FIXED_PLACES if p not in _FIXED_PLACES_BEFORE):
         shutil.rmtree(place, ignore_errors=True)
 

@@ -196,6 +196,7 @@ def test_page_script_runs_through_airflow(tmp_path: Path, server: LoopbackServer
     }
     env.update(
         AGENTLOOM_HOME=str(home),
+        AGENTLOOM_TEMPLATES=os.environ["AGENTLOOM_TEMPLATES"],  # the suite's, not the user's cache
         OPENAI_API_KEY=KEY,
         OPENAI_BASE_URL=server.url,
         NO_PROXY="127.0.0.1,localhost",

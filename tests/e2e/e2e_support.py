@@ -249,6 +249,7 @@ class AirflowStack:
         }
         env.update(
             {
+                "AGENTLOOM_TEMPLATES": os.environ["AGENTLOOM_TEMPLATES"],  # the suite's, not ~/.cache
                 "AIRFLOW_HOME": str(self.home),
                 "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
                 "AIRFLOW__CORE__EXECUTOR": self.executor,
