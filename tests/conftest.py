@@ -32,12 +32,14 @@ for _signum, _default in ((signal.SIGINT, signal.default_int_handler), (signal.S
 
 _HOME = Path(tempfile.mkdtemp(prefix="agentloom-test-home-"))
 os.environ["AGENTLOOM_HOME"] = str(_HOME)
-# New homes copy a template database (runner/home.py), by default from the user's
-# ~/.cache/agentloom/templates: the suite keeps its own, made by its first home and shared by its
-# xdist workers (they inherit the variable from the controller), removed at the session's end.
+# The suite's processes keep their caches in a folder of its own, not the developer's ~/.cache:
+# new homes' template database (runner/home.py, which also follows AGENTLOOM_TEMPLATES) and the
+# benchmarks' caches. Made by the controller, inherited by its xdist workers and every process
+# they start (even those that drop the AGENTLOOM_* variables), removed at the session's end.
 if "PYTEST_XDIST_WORKER" not in os.environ:
-    os.environ["AGENTLOOM_TEMPLATES"] = tempfile.mkdtemp(prefix="agentloom-test-templates-")
-_TEMPLATES = Path(os.environ["AGENTLOOM_TEMPLATES"])
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="agentloom-test-cache-")
+_CACHE = Path(os.environ["XDG_CACHE_HOME"])
+os.environ["AGENTLOOM_TEMPLATES"] = str(_CACHE / "agentloom" / "templates")
 os.environ["AGENTLOOM_AIRFLOW_LOG_LEVEL"] = "INFO"  # task logs in dag.test() tests keep INFO lines
 # The Python API runs in the test's process (its monkeypatches and network guard apply), unless
 # a test asks for the warm runner (daemon=True); CLI processes choose through cli_env(warm=...).
@@ -76,7 +78,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HOME, ignore_errors=True)
     if hasattr(config, "workerinput"):
         return  # a pytest-xdist worker: the other worker may still use the fixed places
-    shutil.rmtree(_TEMPLATES, ignore_errors=True)
+    shutil.rmtree(_CACHE, ignore_errors=True)
     for place in (p for p in _FIXED_PLACES if p not in _FIXED_PLACES_BEFORE):
         shutil.rmtree(place, ignore_errors=True)
 
