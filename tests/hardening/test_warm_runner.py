@@ -423,9 +423,10 @@ def test_a_runner_kept_warm_as_serve_keeps_it_has_no_idle_timeout_serves_the_cli
     (tmp_path / "flow.yaml").write_text(TWO_STEPS)
     home, marker = tmp_path / "home", new_marker()
     # The runner inherits this process's environment: make it the CLI's (the same Airflow settings).
+    wanted = cli_env(home, warm=True, AGENTLOOM_TEST_MARKER=marker)  # from the session's environment
     for name in list(os.environ):
         monkeypatch.delenv(name)
-    for name, value in cli_env(home, warm=True, AGENTLOOM_TEST_MARKER=marker).items():
+    for name, value in wanted.items():
         monkeypatch.setenv(name, value)
     serve = subprocess.Popen(["sleep", marker])  # the owner: serve, which may be killed with -9
     try:
