@@ -16,10 +16,9 @@ builds what they would build themselves at first use.
 
 from __future__ import annotations
 
-import importlib
 import logging
 
-from airflow_provider_agentloom.preload import TASK_MODULES
+from airflow_provider_agentloom.preload import TASK_MODULES, preload
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +76,7 @@ def warm_task_path() -> None:
     if _done:
         return
     _done = True
-    for name in _TASK_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # an optional module of another Airflow version: the task imports what it needs
-            log.debug("warm-up: cannot import %s", name, exc_info=True)
+    preload(_TASK_MODULES)  # one missing in another Airflow version: the task imports what it needs
     try:
         from airflow.sdk.api import client
 
