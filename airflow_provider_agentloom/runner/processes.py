@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_agentloom.tools import _linux
-from airflow_provider_agentloom.tools._proctree import kill_tree
+from airflow_provider_agentloom.tools._proctree import kill_own_tree, kill_tree
 
 log = logging.getLogger(__name__)
 
@@ -435,7 +435,7 @@ def _become_supervisor() -> None:  # pragma: no cover - runs in the child
 
     def runner_gone(signum: int, frame: Any) -> None:
         if os.getpid() == supervisor:
-            kill_tree(supervisor, include_root=False)
+            kill_own_tree()  # never freezes: this process may be killed before it is done
             os._exit(1)
 
     signal.signal(RUNNER_GONE, runner_gone)

@@ -13,6 +13,7 @@ A child subreaper's orphans are re-parented to it, so they stay in its tree. Wit
 from __future__ import annotations
 
 import os
+import time
 
 # Not typing.TYPE_CHECKING: importing typing alone costs the reaper ~10 ms (type checkers know this).
 TYPE_CHECKING = False
@@ -102,6 +103,33 @@ def kill_tree(root: int, *, include_root: bool = True) -> list[int]:
     for pid in stopped:
         send_signal(pid, signal.SIGKILL)
     return stopped
+
+
+def kill_own_tree() -> list[int]:
+    """SIGKILL every process below this one, a child subreaper; return the pids signalled.
+
+    Nothing is stopped first. A process that :func:`kill_tree` stopped stays stopped for good if
+    its killer dies before the kill: its own parent-death signal waits, SIGTERM and all. Here a
+    killer that dies half-way leaves processes that can still act on their parent's death. No
+    freeze is needed for completeness: a killed process's orphans are re-parented to this
+    subreaper, so each sweep finds what the last sweep's processes forked, until one finds none.
+    Safe in a signal handler.
+    """
+    me = os.getpid()
+    signalled: list[int] = []
+    seen: set[int] = set()
+    for _ in range(_MAX_SWEEPS):
+        found = descendants(me)
+        if not found:
+            break
+        new = [pid for pid in found if pid not in seen]
+        for pid in found:  # again for those seen: a SIGKILL is cheap, and a reused pid gets its own
+            send_signal(pid, signal.SIGKILL)
+        seen.update(new)
+        signalled.extend(new)
+        if not new:
+            time.sleep(0.002)  # only killed processes left, still exiting: give them the CPU
+    return signalled
 
 
 def process_start_ticks(pid: int) -> int | None:

@@ -38,7 +38,10 @@ SUBREAPER = textwrap.dedent(
     for pid in listed:
         with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
             parents.append(int(handle.read().rpartition(")")[2].split()[1]))
-    killed = _proctree.kill_tree(os.getpid(), include_root=False)
+    if sys.argv[2] == "kill_tree":
+        killed = _proctree.kill_tree(os.getpid(), include_root=False)
+    else:
+        killed = _proctree.kill_own_tree()
     while True:
         try:
             os.wait()
@@ -55,9 +58,16 @@ def _stat_field(pid: int, index: int) -> str:
 
 
 @pytest.mark.timeout(60)
-def test_a_subreaper_kills_its_detached_and_double_forked_descendants_but_not_itself(marker: str) -> None:
+@pytest.mark.parametrize("how", ["kill_tree", "kill_own_tree"])
+def test_a_subreaper_kills_its_detached_and_double_forked_descendants_but_not_itself(
+    marker: str, how: str
+) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", SUBREAPER, marker], capture_output=True, text=True, timeout=40, check=False
+        [sys.executable, "-c", SUBREAPER, marker, how],
+        capture_output=True,
+        text=True,
+        timeout=40,
+        check=False,
     )
     assert done.returncode == 0, done.stderr  # the caller was never signalled
     seen = json.loads(done.stdout)
@@ -110,3 +120,52 @@ def test_start_ticks_and_boot_id_identify_this_process() -> None:
     assert _proctree.process_start_ticks(os.getpid()) == ticks  # stable for the process's life
     with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
         assert _proctree.boot_id() == handle.read().strip() != ""
+
+
+# A subreaper with three sleeps below it that dies (os._exit) right after its killer's first SIGKILL,
+# as a runner's supervisor can be killed while it kills its tree.
+DIES_HALF_WAY = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from airflow_provider_agentloom.tools import _linux, _proctree
+    marker, how = sys.argv[1], sys.argv[2]
+    _linux.prctl(_linux.PR_SET_CHILD_SUBREAPER, 1)
+    quiet = subprocess.DEVNULL  # what is left must not hold the test's pipes open
+    command = f"sleep {marker} & sleep {marker} & exec sleep {marker}"
+    subprocess.Popen(["sh", "-c", command], stdin=quiet, stdout=quiet, stderr=quiet)
+    deadline = time.monotonic() + 20
+    while len(_proctree.descendants(os.getpid())) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    send = _proctree.send_signal
+    def send_then_die(pid, signum):
+        send(pid, signum)
+        if signum == 9:
+            os._exit(0)
+    _proctree.send_signal = send_then_die
+    if how == "kill_tree":
+        _proctree.kill_tree(os.getpid(), include_root=False)
+    else:
+        _proctree.kill_own_tree()
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("how", "frozen"), [("kill_tree", True), ("kill_own_tree", False)])
+def test_a_killer_that_dies_half_way_leaves_nothing_frozen_only_with_kill_own_tree(
+    marker: str, how: str, frozen: bool
+) -> None:
+    """``kill_tree`` stops first: its killer's death leaves stopped processes that nothing will ever
+    wake (the supervisor's old way). ``kill_own_tree`` leaves none: each one left can still act."""
+    done = subprocess.run(
+        [sys.executable, "-c", DIES_HALF_WAY, marker, how],
+        capture_output=True,
+        text=True,
+        timeout=40,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    left = processes_with(marker)
+    assert len(left) >= 2, left  # the killer died after one SIGKILL
+    states = {pid: _stat_field(pid, 0) for pid in left}
+    assert any(state == "T" for state in states.values()) is frozen, states
