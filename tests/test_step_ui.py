@@ -309,3 +309,104 @@ def test_rendered_approval_request_and_webhook_body_after_the_answer(tmp_path: P
     assert rendered["webhook_body"].startswith("Approve the plan for Paris? token <REDACTED:sha256=")
     assert sent.body == rendered["webhook_body"]  # what was sent is what is shown
     assert token not in json.dumps(rendered)
+
+
+STORED_ONCE = """
+name: ui-stored-once
+config: {provider: mock, model: gpt-4o-mini}
+state: {word: hello}
+steps:
+  - {id: say, type: tool, tool_name: shell_command, tool_args: {command: "echo {state.word}"}, output: said}
+  - id: pick
+    type: router
+    depends_on: [say]
+    conditions: [{expression: "state.said.stdout == 'hello\\\\n'", target: greet}]
+    default: other
+  - {id: greet, type: llm_call, depends_on: [pick], prompt: "Greet {state.word}", output: greeting}
+  - {id: other, type: tool, depends_on: [pick], tool_name: shell_command, tool_args: {command: "echo other"}}
+"""
+
+
+def test_each_step_stores_its_rendered_fields_once_and_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Rendered Templates of a running step already show what it runs with (not the workflow's
+    text), and Airflow stores them once per step: one request, not two."""
+    from airflow.sdk.execution_time.comms import SetRenderedFields
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+
+    from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
+
+    stores: list[dict[str, Any]] = []
+    send = InProcessSupervisorComms.send
+
+    def counting_send(self: Any, msg: Any) -> Any:
+        if isinstance(msg, SetRenderedFields):
+            stores.append(dict(msg.rendered_fields))
+        return send(self, msg)
+
+    monkeypatch.setattr(InProcessSupervisorComms, "send", counting_send)
+    seen_while_running: dict[str, dict[str, Any]] = {}
+    run_step = AgentLoomStepOperator.step_run
+
+    def step_run(self: Any, context: Any) -> Any:  # what the UI shows as the step starts its work
+        ti = context["ti"]
+        seen_while_running[ti.task_id] = _stored_fields(ti.dag_id, ti.run_id, ti.task_id)
+        return run_step(self, context)
+
+    monkeypatch.setattr(AgentLoomStepOperator, "step_run", step_run)
+    workflow = load_workflow(_write(tmp_path, STORED_ONCE))
+    dag_run = run_dag_test(build_dag(workflow, working_dir=str(tmp_path / "work"), discover_tools=False))
+
+    assert {task: state for task, (state, _) in task_states(dag_run).items()} == {
+        "say": "success",
+        "pick": "success",
+        "greet": "success",
+        "other": "skipped",
+    }
+    assert seen_while_running["say"]["tool_args"] == {"command": "echo hello"}
+    assert seen_while_running["pick"]["chosen"] == "greet (conditions[0])"
+    assert seen_while_running["greet"]["prompt"] == "Greet hello"
+    assert seen_while_running["greet"]["model"] == "gpt-4o-mini"
+    assert len(stores) == 3, stores  # say, pick, greet: once each
+    assert _rendered(dag_run) == dict(zip(["say", "pick", "greet"], stores, strict=True))
+
+
+def _stored_fields(dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(
+            select(RenderedTaskInstanceFields).where(
+                RenderedTaskInstanceFields.dag_id == dag_id,
+                RenderedTaskInstanceFields.run_id == run_id,
+                RenderedTaskInstanceFields.task_id == task_id,
+            )
+        ).one()
+        return dict(row.rendered_fields)
+
+
+def test_a_step_that_fails_as_it_renders_still_shows_its_fields_as_written(tmp_path: Path) -> None:
+    text = """
+name: ui-render-fails
+steps:
+  - {id: broken, type: tool, retry: {max_retries: 0}, tool_args: {command: "echo {state.word}"}}
+"""
+    workflow = load_workflow(_write(tmp_path, text))
+    dag_run = run_dag_test(build_dag(workflow, working_dir=str(tmp_path / "work"), discover_tools=False))
+    assert task_states(dag_run)["broken"] == ("failed", 1)  # no tool_name: it fails as it renders
+    assert _rendered(dag_run)["broken"]["tool_args"] == {"command": "echo {state.word}"}
+
+
+def test_outside_a_task_process_rendering_keeps_the_workflow_text(tmp_path: Path) -> None:
+    """``airflow tasks render`` renders a task's fields with no task supervisor: no state to read."""
+    workflow = load_workflow(_write(tmp_path, SHOWCASE))
+    task = build_dag(workflow, working_dir=str(tmp_path / "work"), discover_tools=False).task_dict[
+        "summarize"
+    ]
+    task.render_template_fields({})
+    assert (
+        task.prompt == "Summarize {state.fetched.stdout} for {state.city}; as written: {{ ds }} {{{{ ds }}}}"
+    )

@@ -68,6 +68,10 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
     ui_color = "#fff3bf"
     ui_fgcolor = "#5f4b00"
     step_type: ClassVar[str] = "approval_gate"
+    # Its two parts (the request, the resume) read the state themselves, and what it shows changes
+    # as it runs: the fields are stored again at each part's end (but see execute).
+    prepares_in_render: ClassVar[bool] = False
+    overwrite_rtif_after_execution = True
     # The subject and body come from the workflow and its state, never from Jinja templates.
     template_fields: Sequence[str] = ("subject", "body", "webhook_body")
     template_fields_renderers: ClassVar[dict[str, str]] = {"body": "md", "webhook_body": "json"}

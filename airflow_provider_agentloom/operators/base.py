@@ -11,9 +11,11 @@ What a person sees of a step in Airflow's UI is set here once; step types only c
   ``tool: shell_command`` or ``llm_call: gpt-4o-mini``, and the class's ``ui_color``/``ui_fgcolor``;
 - the Rendered Templates: the step type's ``template_fields`` hold the workflow's text as written
   (:meth:`unrendered_fields`) until the step renders its own ``{state.x}`` templates and shows the
-  result (:meth:`show_rendered`, secrets masked). Airflow's Jinja never renders workflow text
-  (:meth:`render_template_fields` does nothing), and ``overwrite_rtif_after_execution`` has the task
-  runner store the fields again once the attempt ends, as ``@task.bash`` does with its command;
+  result (:meth:`show_rendered`, secrets masked). Airflow's Jinja never renders workflow text:
+  :meth:`render_template_fields` starts the attempt instead (checks, state, :meth:`render_step`),
+  so the task runner stores the rendered fields once, before the step runs. A step type whose
+  fields change as it runs (an approval gate) sets ``overwrite_rtif_after_execution`` to have
+  them stored again when the attempt ends, as ``@task.bash`` does with its command;
 - one task-log line per tool call (:meth:`log_tool_call`).
 """
 
@@ -26,6 +28,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_agentloom.operators.lifecycle import StepOutcome, StepRun, StepT, brief_errors
 from airflow_provider_agentloom.operators.masking import TaskSecrets
+from airflow_provider_agentloom.operators.state_reads import in_a_task_process
 from airflow_provider_agentloom.workflow.results import META_KEY
 
 if TYPE_CHECKING:
@@ -51,8 +54,11 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
     ui_fgcolor = "#1a1a1a"
     shallow_copy_attrs = ("step", "run_context")
     step_type: ClassVar[str] = ""
-    # Store the template fields again when the attempt ends: they then hold what the step rendered.
-    overwrite_rtif_after_execution = True
+    # Whether render_template_fields starts the attempt (StepRun.prepare); a step type with its own
+    # way through Airflow (an approval gate, a subworkflow's end) says no and reads its state itself.
+    prepares_in_render: ClassVar[bool] = True
+    # The fields are rendered before Airflow stores them: no second store at the attempt's end.
+    overwrite_rtif_after_execution = False
 
     def __init__(self, *, step: StepT, run_context: WorkflowRunContext, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -73,12 +79,35 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
         """Each template field's value before the step runs: the workflow's text, as written."""
         return {}
 
+    @brief_errors
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
-        """Render nothing: workflow text is never Jinja (``{{ }}`` in a prompt stays as written).
+        """Start the attempt: checks, state and :meth:`render_step`, before Airflow stores the fields.
 
-        The step renders its own ``{state.x}`` templates as it runs and shows the result in its
-        template fields (:meth:`show_rendered`).
+        Workflow text is never Jinja (``{{ }}`` in a prompt stays as written): the step renders its
+        own ``{state.x}`` templates. An error here fails the attempt as one in ``execute`` would;
+        the fields are then stored as they are when it ends. Outside a task process (``airflow
+        tasks render``) there is no state to read, and the fields keep the workflow's text.
         """
+        if not self.prepares_in_render or not in_a_task_process():
+            return
+        try:
+            StepRun(self, context).prepare()
+        except BaseException:
+            self.overwrite_rtif_after_execution = True  # nothing was stored yet
+            raise
+
+    def render_step(self, context: Context, state: dict[str, Any]) -> None:
+        """Render what the step will run with from ``state`` and show it (:meth:`show_rendered`).
+
+        Called once per attempt, before :meth:`execute_step`; the default shows nothing.
+        """
+
+    def step_run(self, context: Context) -> StepRun[StepT]:
+        """This attempt's :class:`StepRun`: the one :meth:`render_template_fields` started, else a new one."""
+        run = self.current_run
+        if run is not None and run.context is context:
+            return run
+        return StepRun(self, context)
 
     def show_rendered(self, **fields: Any) -> None:
         """Show what the step rendered in Rendered Templates, the task's secrets masked."""
@@ -115,17 +144,21 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
         for name in cls.template_fields:  # a field is set on the instance: it would hide a method
             if callable(getattr(cls, name, None)):
                 raise TypeError(f"{cls.__name__}: template field {name!r} would hide the method of that name")
-        for name in ("execute", "execute_complete"):  # every way Airflow enters a step
+        for name in (
+            "render_template_fields",
+            "execute",
+            "execute_complete",
+        ):  # every way Airflow enters a step
             method = cls.__dict__.get(name)
             if method is not None and not getattr(method, "__agentloom_brief__", False):
                 setattr(cls, name, brief_errors(method))
 
     @brief_errors
     def execute(self, context: Context) -> Any:
-        return StepRun(self, context).execute(self.execute_step)
+        return self.step_run(context).execute(self.execute_step)
 
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
-        """Run the step against the state it may read; return its output."""
+        """Run the step against the state it may read (after :meth:`render_step`); return its output."""
         raise NotImplementedError
 
     def warn_missing(self, placeholder: str) -> None:

@@ -11,6 +11,11 @@ An operator's ``execute``, a router's choice before Airflow skips the other bran
 approval gate's resume after a person answered all go through it, so every path of Airflow that
 ends a step pushes the same output and metadata.
 
+An attempt has two phases. :meth:`StepRun.prepare` does the checks, reads the state and has the
+step type render what it shows (its ``render_step``); the operator calls it from Airflow's
+``render_template_fields``, so Airflow stores the rendered fields once, before the step runs.
+:meth:`StepRun.execute` then runs the step's body on that state (preparing first if nothing did).
+
 A failure is logged first as one clear ERROR line (``Step fetch failed: …``); the exception then
 leaves the operator without the traceback of our code nor the exceptions it was raised from
 (:func:`brief_errors`), so Airflow's own "Task failed with exception" entry ends in the same
@@ -112,12 +117,23 @@ class StepRun(Generic[StepT]):
             budget_usd=operator.run_context.budget_usd,
         )
         self._spent = StepOutcome(output=None)
+        self.state: dict[str, Any] | None = None
         operator.current_run = self
 
+    def prepare(self) -> dict[str, Any]:
+        """The attempt's first phase, once: the checks, the state, then the step's ``render_step``."""
+        if self.state is None:
+            with self.guard():
+                state = self.begin()
+                self.operator.render_step(self.context, state)
+            self.state = state
+        return self.state
+
     def execute(self, body: StepBody) -> Any:
-        """The whole attempt: the budget check, the state, ``body``, then output and metadata pushed."""
+        """The whole attempt: :meth:`prepare` if nothing did, ``body``, then output and metadata pushed."""
+        state = self.prepare()
         with self.guard():
-            return self.succeed(body(self.context, self.begin()))
+            return self.succeed(body(self.context, state))
 
     def begin(self) -> dict[str, Any]:
         """Start the attempt (inside :meth:`guard`): conf and budget checks, then the state the step reads."""

@@ -86,18 +86,25 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         step = self.step
         return {"model": self.written_model(), "system_prompt": step.system_prompt, "prompt": step.prompt}
 
-    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
+    def render_step(self, context: Context, state: dict[str, Any]) -> None:
         step = self.step
         if not step.prompt:
             raise StepError(f"{step.type} step {step.id!r} has no prompt")
-        prompt = render_template(step.prompt, state, self.warn_missing)
-        system = render_template(step.system_prompt, state, self.warn_missing) if step.system_prompt else None
-        self.show_rendered(prompt=prompt, system_prompt=system)
+        self.rendered_prompts = (
+            render_template(step.prompt, state, self.warn_missing),
+            render_template(step.system_prompt, state, self.warn_missing) if step.system_prompt else None,
+        )
+        self.show_rendered(prompt=self.rendered_prompts[0], system_prompt=self.rendered_prompts[1])
         base_dir = self.run_context.resolve_working_dir(context["run_id"])
         # Connections and options are read here, outside the event loop: in a task each lookup is
-        # a request to the task supervisor.
-        gateway, default_model = self.run_context.gateway(base_dir, mask=self.secrets.mask)
-        self.show_rendered(model=self.run_context.model_for(step, default_model))
+        # a request to the task supervisor. The model they name is shown with the prompts.
+        self.gateway_and_model = self.run_context.gateway(base_dir, mask=self.secrets.mask)
+        self.show_rendered(model=self.run_context.model_for(step, self.gateway_and_model[1]))
+
+    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
+        prompt, system = self.rendered_prompts
+        base_dir = self.run_context.resolve_working_dir(context["run_id"])
+        gateway, default_model = self.gateway_and_model
         registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
         client: Any = _ReplyCache(gateway, context.get("task_state_store"), self.log, self.secrets)
         guard = self._budget_guard(client, context)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk.bases.skipmixin import SkipMixin
 
-from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome, StepRun
+from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome
 from airflow_provider_agentloom.workflow.models import RouterStep
 from airflow_provider_agentloom.workflow.routing import (
     RouteDecision,
@@ -71,7 +71,7 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
         return {"conditions": conditions, "chosen": None}
 
     def execute(self, context: Context) -> Any:
-        run = StepRun(self, context)
+        run = self.step_run(context)
         output = run.execute(self.execute_step)
         not_chosen: list[str] = run.meta.extra["skipped_children"]
         tasks = self._tasks_of(context, not_chosen)
@@ -84,8 +84,11 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
         self.skip(ti, tasks)
         return output
 
+    def render_step(self, context: Context, state: dict[str, Any]) -> None:
+        self.decision = self.choose(state)
+
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
-        decision = self.choose(state)
+        decision = self.decision
         not_chosen = self.children_not_chosen(decision.target)
         return StepOutcome(output=decision.target, extra=_decision_meta(decision, not_chosen))
 

@@ -24,10 +24,20 @@ from typing import Any
 
 from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus
 
-__all__ = ["READS_ENV", "SourceReader", "per_source_reads"]
+__all__ = ["READS_ENV", "SourceReader", "in_a_task_process", "per_source_reads"]
 
 READS_ENV = "AGENTLOOM_STATE_READS"
 """``per-source`` reads every source's metadata and output, one request each (the former way)."""
+
+
+def in_a_task_process() -> bool:
+    """Whether a task runner can serve XCom reads here (a task process, ``dag.test()``).
+
+    Not in ``airflow tasks render``, which renders a task's fields with no task supervisor.
+    """
+    from airflow.sdk.execution_time import task_runner
+
+    return getattr(task_runner, "SUPERVISOR_COMMS", None) is not None
 
 
 def per_source_reads() -> bool:

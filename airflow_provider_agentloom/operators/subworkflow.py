@@ -74,11 +74,13 @@ class SubworkflowStartOperator(_SubworkflowTask):
     def unrendered_fields(self) -> Mapping[str, Any]:
         return {"input": self.step.input if self.step.isolated_state else None}
 
-    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
-        child = self.run_context.child(self.step)
-        base = child.child_base(state, self.warn_missing)
+    def render_step(self, context: Context, state: dict[str, Any]) -> None:
+        self.child_start = self.run_context.child(self.step).child_base(state, self.warn_missing)
         if self.step.isolated_state:
-            self.show_rendered(input={key: base.get(key) for key in self.step.input})
+            self.show_rendered(input={key: self.child_start.get(key) for key in self.step.input})
+
+    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
+        child, base = self.run_context.child(self.step), self.child_start
         mode = "isolated" if self.step.isolated_state else "a copy of the parent's state"
         self.log.info(
             "Subworkflow %s (%s) starts from %s: keys %s",
@@ -92,6 +94,8 @@ class SubworkflowStartOperator(_SubworkflowTask):
 
 class SubworkflowOperator(_SubworkflowTask):
     """Close a subworkflow: its output, cost, tokens and status from the child's steps."""
+
+    prepares_in_render: ClassVar[bool] = False  # it reads its scope's state, not a step's (below)
 
     def execute(self, context: Context) -> Any:
         from airflow_provider_agentloom.operators.masking import TaskSecrets

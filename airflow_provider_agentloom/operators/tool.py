@@ -40,14 +40,17 @@ class ToolStepOperator(AgentLoomStepOperator[ToolStep]):
     def unrendered_fields(self) -> Mapping[str, Any]:
         return {"tool_name": self.step.tool_name, "tool_args": self.step.tool_args}
 
+    def render_step(self, context: Context, state: dict[str, Any]) -> None:
+        if not self.step.tool_name:
+            raise StepError(f"tool step {self.step.id!r} has no tool_name")
+        self.arguments = resolve_value(self.step.tool_args, state, self.warn_missing)
+        self.show_rendered(tool_args=self.arguments)
+
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
         from airflow_provider_agentloom.tools.invoke import invoke_tool
 
-        step = self.step
-        if not step.tool_name:
-            raise StepError(f"tool step {step.id!r} has no tool_name")
-        arguments = resolve_value(step.tool_args, state, self.warn_missing)
-        self.show_rendered(tool_args=arguments)
+        step, arguments = self.step, self.arguments
+        assert step.tool_name is not None  # render_step refused a step without one
         base_dir = self.run_context.resolve_working_dir(context["run_id"])
         registry = self.run_context.build_registry(base_dir)
         started = time.monotonic()
