@@ -93,3 +93,41 @@ def test_example_18_each_blocked_step_refused_for_its_reason(
         assert step["error"].startswith("Sandbox violation ("), step["error"]
         assert reason in step["error"]
         assert step["attempts"] == 4  # refused the same way on every attempt, as the page says
+
+
+def test_a_shell_step_starts_its_reaper_ahead_and_ends_it_when_the_step_fails_before_its_command(
+    tmp_path: Path,
+) -> None:
+    """A ``shell_command`` step starts its reaper as it reads its state; a step that fails before its
+    command (here a run conf key the state lacks) ends it: no process is left waiting."""
+    from process_support import is_gone
+
+    from airflow_provider_agentloom.dag_factory import build_dag
+    from airflow_provider_agentloom.tools import _process
+    from airflow_provider_agentloom.workflow.parser import load_workflow
+
+    started: list[_process._Reaper] = []
+    start = _process._Reaper.start
+
+    def recording_start() -> _process._Reaper:
+        reaper = start()
+        started.append(reaper)
+        return reaper
+
+    path = tmp_path / "flow.yaml"
+    path.write_text(
+        "name: ahead\nstate: {word: hi}\nsteps:\n"
+        "  - {id: say, type: tool, tool_name: shell_command, tool_args: {command: 'echo {state.word}'}}\n"
+    )
+    dag = build_dag(load_workflow(path), working_dir=str(tmp_path / "work"), discover_tools=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_process._Reaper, "start", staticmethod(recording_start))
+        ran = run_dag_test(dag)
+        assert xcom(ran, "say")["stdout"] == "hi\n"
+        assert len(started) == 1  # started ahead, then taken by the command
+        failed = run_dag_test(dag, conf={"wrod": "typo"})
+    assert str(failed.state) == "failed"
+    assert len(started) == 2
+    assert started[1].process.returncode is not None  # ended, not left waiting for a spec
+    assert is_gone(started[1].process.pid)
+    assert _process._spare is None

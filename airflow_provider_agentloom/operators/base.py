@@ -96,6 +96,15 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
             self.overwrite_rtif_after_execution = True  # nothing was stored yet
             raise
 
+    def start_work_ahead(self) -> None:
+        """Start what the step's work needs and can start before its state is read (default nothing).
+
+        It overlaps the state read's requests; :meth:`drop_work_ahead` ends what the step did not use.
+        """
+
+    def drop_work_ahead(self) -> None:
+        """End what :meth:`start_work_ahead` started and the step did not use (at the attempt's end)."""
+
     def render_step(self, context: Context, state: dict[str, Any]) -> None:
         """Render what the step will run with from ``state`` and show it (:meth:`show_rendered`).
 

@@ -106,7 +106,10 @@ class StepRun(Generic[StepT]):
         self.operator = operator
         self.context = context
         self.step: StepT = operator.step
+        # The step's own time counts its two phases, not what Airflow does between them.
         self.started = time.monotonic()
+        self._prepared_in = 0.0
+        self._body_started: float | None = None
         self.secrets = TaskSecrets(operator.run_context.workflow)
         self.meta = StepMeta(
             step_id=self.step.id,
@@ -121,19 +124,32 @@ class StepRun(Generic[StepT]):
         operator.current_run = self
 
     def prepare(self) -> dict[str, Any]:
-        """The attempt's first phase, once: the checks, the state, then the step's ``render_step``."""
+        """The attempt's first phase, once: the checks, the state, then the step's ``render_step``.
+
+        What the step's work can start before the state is read starts first
+        (``start_work_ahead``); it is dropped if this phase fails.
+        """
         if self.state is None:
-            with self.guard():
-                state = self.begin()
-                self.operator.render_step(self.context, state)
-            self.state = state
+            self.operator.start_work_ahead()
+            try:
+                with self.guard():
+                    state = self.begin()
+                    self.operator.render_step(self.context, state)
+            except BaseException:
+                self.operator.drop_work_ahead()
+                raise
+            self.state, self._prepared_in = state, time.monotonic() - self.started
         return self.state
 
     def execute(self, body: StepBody) -> Any:
         """The whole attempt: :meth:`prepare` if nothing did, ``body``, then output and metadata pushed."""
         state = self.prepare()
-        with self.guard():
-            return self.succeed(body(self.context, state))
+        self._body_started = time.monotonic()
+        try:
+            with self.guard():
+                return self.succeed(body(self.context, state))
+        finally:
+            self.operator.drop_work_ahead()
 
     def begin(self) -> dict[str, Any]:
         """Start the attempt (inside :meth:`guard`): conf and budget checks, then the state the step reads."""
@@ -262,7 +278,11 @@ class StepRun(Generic[StepT]):
         meta.status, meta.error = status, error
         meta.token_usage, meta.cost_usd = spent.token_usage, spent.cost_usd
         meta.model, meta.provider, meta.extra = spent.model, spent.provider, dict(spent.extra)
-        meta.duration_ms = round((time.monotonic() - self.started) * 1000, 3)
+        now = time.monotonic()
+        took = (
+            now - self.started if self._body_started is None else self._prepared_in + now - self._body_started
+        )
+        meta.duration_ms = round(took * 1000, 3)
         self.context["ti"].xcom_push(key=META_KEY, value=self.secrets.mask(meta.model_dump(mode="json")))
 
 

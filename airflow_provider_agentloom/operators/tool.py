@@ -16,6 +16,8 @@ from airflow_provider_agentloom.workflow.templates import resolve_value
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+SHELL_COMMAND = "shell_command"
+
 
 class ToolStepOperator(AgentLoomStepOperator[ToolStep]):
     """Call a registered tool (a built-in or one of your own) with the step's resolved ``tool_args``.
@@ -39,6 +41,18 @@ class ToolStepOperator(AgentLoomStepOperator[ToolStep]):
 
     def unrendered_fields(self) -> Mapping[str, Any]:
         return {"tool_name": self.step.tool_name, "tool_args": self.step.tool_args}
+
+    def start_work_ahead(self) -> None:
+        if self.step.tool_name == SHELL_COMMAND:  # its reaper's interpreter starts as the state is read
+            from airflow_provider_agentloom.tools._process import prestart_reaper
+
+            prestart_reaper()
+
+    def drop_work_ahead(self) -> None:
+        if self.step.tool_name == SHELL_COMMAND:
+            from airflow_provider_agentloom.tools._process import discard_spare_reaper
+
+            discard_spare_reaper()
 
     def render_step(self, context: Context, state: dict[str, Any]) -> None:
         if not self.step.tool_name:

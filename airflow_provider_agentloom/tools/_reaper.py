@@ -6,9 +6,10 @@ siblings ``_linux.py`` and ``_proctree.py`` from their folder, not as the packag
 bytecode is cached: compiling them took 3 ms of every command), and calls :func:`main`. Standard
 library only; ``python -I -S _reaper.py`` runs it too. The protocol:
 
-- stdin: one ``marshal``-ed dict (the spec: command, environment, parent pid, status descriptor,
-  Landlock plan, network namespace, cgroup, clone3, required), then end of file. The command reads
-  ``/dev/null``. (``marshal``, not ``json``: its import would add a third to the reaper's
+- stdin: one ``marshal``-ed dict (the spec: command, environment, working folder, parent pid,
+  status descriptor, Landlock plan, network namespace, cgroup, clone3, required), then end of
+  file; it may come long after the start (a reaper started ahead of its command). The command
+  reads ``/dev/null``. (``marshal``, not ``json``: its import would add a third to the reaper's
   start-up time.)
 - stdout and stderr: the command's own, inherited.
 - the status descriptor: ``marshal``-ed dicts: what the kernel layer did, then ``{"returncode": N}``.
@@ -234,6 +235,8 @@ def _child(
                     handle.write(str(os.getpid()))
             except OSError as exc:
                 status.write(cgroup_join=f"error: {exc}")
+        if "cwd" in spec:  # a reaper started ahead of its command starts in its own folder
+            os.chdir(spec["cwd"])
         # A process group of its own: `kill 0` in the command must not reach the reaper.
         os.setpgid(0, 0)
         devnull = os.open(os.devnull, os.O_RDONLY)

@@ -248,3 +248,50 @@ async def test_a_command_signalling_its_own_group_does_not_stop_its_reaper(
     assert result.stdout == b"before\n"
     assert result.report["stopped"] is False
     assert wait_for_processes(marker, present=False) == []
+
+
+async def test_a_reaper_started_ahead_runs_the_next_command_in_its_folder_and_environment(
+    tmp_path: Path, marker: str
+) -> None:
+    from airflow_provider_agentloom.tools import _process
+
+    _process.prestart_reaper()
+    spare = _process._spare
+    assert spare is not None
+    time.sleep(0.3)  # it is up and waits for its spec
+    assert spare.process.poll() is None
+    env = {"PATH": os.environ["PATH"], "GREETING": "hi"}
+    result = await run_shell(
+        f'pwd; echo "$GREETING"; sleep {marker} & echo started', cwd=str(tmp_path), env=env, timeout=30
+    )
+    assert result.stdout.decode().split() == [str(tmp_path), "hi", "started"]
+    assert result.returncode == 0
+    assert spare.process.returncode == 0  # this command's reaper was the one started ahead
+    assert _process._spare is None
+    assert wait_for_processes(marker, present=False) == []  # what it left was killed, as always
+
+
+async def test_an_unused_reaper_started_ahead_is_ended_and_a_killed_one_is_replaced(tmp_path: Path) -> None:
+    from airflow_provider_agentloom.tools import _process
+
+    _process.prestart_reaper()
+    unused = _process._spare
+    assert unused is not None
+    _process.discard_spare_reaper()
+    assert unused.process.returncode is not None  # ended and reaped
+    assert _process._spare is None
+
+    _process.prestart_reaper()
+    killed = _process._spare
+    assert killed is not None
+    killed.process.kill()
+    killed.process.wait()
+    result = await run_shell("echo fresh", cwd=str(tmp_path), env=None, timeout=30)
+    assert result.stdout == b"fresh\n"
+    assert _process._spare is None
+
+
+async def test_a_command_in_a_missing_folder_fails_as_a_process_started_there_would(tmp_path: Path) -> None:
+    missing = tmp_path / "gone"
+    with pytest.raises(FileNotFoundError, match="No such file or directory"):
+        await run_shell("true", cwd=str(missing), env=None, timeout=30)
