@@ -52,6 +52,12 @@ SUBREAPER = textwrap.dedent(
 )
 
 
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=40, check=False
+    )
+
+
 def _stat_field(pid: int, index: int) -> str:
     with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
         return handle.read().rpartition(")")[2].split()[index]
@@ -62,13 +68,7 @@ def _stat_field(pid: int, index: int) -> str:
 def test_a_subreaper_kills_its_detached_and_double_forked_descendants_but_not_itself(
     marker: str, how: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", SUBREAPER, marker, how],
-        capture_output=True,
-        text=True,
-        timeout=40,
-        check=False,
-    )
+    done = _python(SUBREAPER, marker, how)
     assert done.returncode == 0, done.stderr  # the caller was never signalled
     seen = json.loads(done.stdout)
     # The command's sleep, the setsid'd one below it and the orphan re-parented to the subreaper.
@@ -157,13 +157,7 @@ def test_a_killer_that_dies_half_way_leaves_nothing_frozen_only_with_kill_own_tr
 ) -> None:
     """``kill_tree`` stops first: its killer's death leaves stopped processes that nothing will ever
     wake (the supervisor's old way). ``kill_own_tree`` leaves none: each one left can still act."""
-    done = subprocess.run(
-        [sys.executable, "-c", DIES_HALF_WAY, marker, how],
-        capture_output=True,
-        text=True,
-        timeout=40,
-        check=False,
-    )
+    done = _python(DIES_HALF_WAY, marker, how)
     assert done.returncode == 0, done.stderr
     left = processes_with(marker)
     assert len(left) >= 2, left  # the killer died after one SIGKILL
