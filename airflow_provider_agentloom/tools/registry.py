@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from importlib.metadata import EntryPoint, distributions
 
@@ -84,13 +86,44 @@ def discover_entry_point_tools() -> list[BaseTool]:
     return found
 
 
+_found_by_group: dict[str, tuple[tuple[tuple[str, int], ...], list[EntryPoint]]] = {}
+
+
+def warm_entry_points() -> None:
+    """Find the ``agentloom.tools`` entry points now (without loading them), for forks to inherit."""
+    _group_entry_points(ENTRY_POINT_GROUP)
+
+
 def _group_entry_points(group: str) -> list[EntryPoint]:
     """``importlib.metadata.entry_points(group=group)``, without parsing every package's entry points.
 
     The same distributions in the same order, the first of each name only, as ``entry_points``;
-    but a package's ``entry_points.txt`` is parsed only when its text names ``group``. Parsing them
-    all took 30-70 ms of every tool step's task process (a fresh process: nothing to cache).
+    but a package's ``entry_points.txt`` is parsed only when its text names ``group``. Reading them
+    all took 30-70 ms of every tool step's task process, and still takes ~10 ms: the list is kept
+    while no folder of ``sys.path`` changes (installing or removing a package adds or removes a
+    ``.dist-info`` folder there), so a task forked from a process that found it (a scheduler, the
+    warm runner: :func:`warm_entry_points`) only checks those folders.
     """
+    stamp = _import_path_stamp()
+    known = _found_by_group.get(group)
+    if known is not None and known[0] == stamp:
+        return list(known[1])
+    found = _read_group_entry_points(group)
+    _found_by_group[group] = (stamp, found)
+    return list(found)
+
+
+def _import_path_stamp() -> tuple[tuple[str, int], ...]:
+    stamp = []
+    for folder in sys.path:
+        try:
+            stamp.append((folder, os.stat(folder or ".").st_mtime_ns))
+        except OSError:
+            stamp.append((folder, -1))
+    return tuple(stamp)
+
+
+def _read_group_entry_points(group: str) -> list[EntryPoint]:
     found: list[EntryPoint] = []
     seen: set[str] = set()
     for dist in distributions():

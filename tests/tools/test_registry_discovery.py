@@ -37,3 +37,32 @@ def test_same_entry_points_as_importlib_first_distribution_of_a_name_wins(
         assert _group_entry_points(group) == list(entry_points(group=group))
     found = {(ep.name, ep.value) for ep in _group_entry_points(ENTRY_POINT_GROUP)}
     assert found == {("acme", "acme_tools:TOOLS"), ("more", "more:TOOLS")}
+
+
+def test_the_list_is_kept_until_a_package_is_installed_or_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork of a process that listed them (a scheduler, the warm runner) reads no package's files;
+    installing or removing a package (a ``.dist-info`` folder on ``sys.path``) is seen at once."""
+    from airflow_provider_agentloom.tools import registry
+
+    site = tmp_path / "site"
+    _dist(site, "acme-tools", "1.0", f"[{ENTRY_POINT_GROUP}]\nacme = acme_tools:TOOLS\n")
+    monkeypatch.syspath_prepend(str(site))
+    registry.warm_entry_points()
+    names = {ep.name for ep in _group_entry_points(ENTRY_POINT_GROUP)}
+    assert "acme" in names
+
+    def no_reads() -> None:
+        raise AssertionError("the installed packages were read again")
+
+    with monkeypatch.context() as reads:
+        reads.setattr(registry, "distributions", no_reads)
+        assert {ep.name for ep in _group_entry_points(ENTRY_POINT_GROUP)} == names
+
+    _dist(site, "more-tools", "1.0", f"[{ENTRY_POINT_GROUP}]\nmore = more_tools:TOOLS\n")  # installed
+    assert {ep.name for ep in _group_entry_points(ENTRY_POINT_GROUP)} == names | {"more"}
+    for item in (site / "acme_tools-1.0.dist-info").iterdir():  # uninstalled
+        item.unlink()
+    (site / "acme_tools-1.0.dist-info").rmdir()
+    assert {ep.name for ep in _group_entry_points(ENTRY_POINT_GROUP)} == (names - {"acme"}) | {"more"}
