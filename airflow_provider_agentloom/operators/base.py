@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.operators.context import WorkflowRunContext
     from airflow_provider_agentloom.tools.registry import ToolRegistry
 
+_ENTRY_POINTS = ("render_template_fields", "execute", "execute_complete")
+"""Every way Airflow enters a step: what each raises leaves brief (:func:`~.lifecycle.brief_errors`)."""
+
 MAX_LABEL = 100
 """The longest graph label (a long model name or file name is cut)."""
 
@@ -153,11 +156,7 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
         for name in cls.template_fields:  # a field is set on the instance: it would hide a method
             if callable(getattr(cls, name, None)):
                 raise TypeError(f"{cls.__name__}: template field {name!r} would hide the method of that name")
-        for name in (
-            "render_template_fields",
-            "execute",
-            "execute_complete",
-        ):  # every way Airflow enters a step
+        for name in _ENTRY_POINTS:
             method = cls.__dict__.get(name)
             if method is not None and not getattr(method, "__agentloom_brief__", False):
                 setattr(cls, name, brief_errors(method))
