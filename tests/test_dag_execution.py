@@ -106,3 +106,46 @@ def test_final_state(spine_run: dict[str, Any]) -> None:
     # ours: a failed step's entry carries its real status (upstream writes none), so routers can branch on it
     assert state["steps"]["missing_key"] == {"output": None, "status": "failed"}
     assert state["steps"]["take_order"]["output"] == state["taken"]
+
+
+def test_the_step_timeout_covers_the_state_read_and_execute_gets_what_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step reads its state before Airflow's own timeout of ``execute`` starts: its ``timeout``
+    still bounds the whole attempt."""
+    import time
+
+    from airflow_provider_agentloom.operators.lifecycle import StepRun
+    from airflow_provider_agentloom.operators.tool import ToolStepOperator
+
+    path = tmp_path / "slow.yaml"
+    path.write_text(
+        "name: slow-state\nstate: {word: hi}\nsteps:\n"
+        "  - {id: stuck, type: tool, timeout: 1, retry: {max_retries: 0}, tool_name: shell_command,"
+        " tool_args: {command: 'echo stuck'}}\n"
+        "  - {id: slowish, type: tool, timeout: 5, retry: {max_retries: 0}, tool_name: shell_command,"
+        " tool_args: {command: 'echo {state.word}'}}\n"
+    )
+    begin, given = StepRun.begin, {}
+
+    def slow_begin(self: Any) -> dict[str, Any]:
+        time.sleep({"stuck": 3.0, "slowish": 1.0}[self.step.id])  # a state read that hangs
+        return begin(self)
+
+    execute = ToolStepOperator.execute
+
+    def recording_execute(self: Any, context: Any) -> Any:
+        given[self.step.id] = self.execution_timeout.total_seconds()
+        return execute(self, context)
+
+    monkeypatch.setattr(StepRun, "begin", slow_begin)
+    monkeypatch.setattr(ToolStepOperator, "execute", recording_execute)
+    dag = build_dag(load_workflow(path), working_dir=str(tmp_path / "work"), discover_tools=False)
+    started = time.monotonic()
+    run = run_dag_test(dag)
+    assert time.monotonic() - started < 15
+    assert task_states(run)["stuck"] == ("failed", 1)
+    assert xcom(run, "stuck", "agentloom")["status"] == "timeout"
+    assert "stuck" not in given  # it never reached execute
+    assert task_states(run)["slowish"] == ("success", 1)
+    assert 3.5 < given["slowish"] < 4.1  # 5 s, less the second its state read took

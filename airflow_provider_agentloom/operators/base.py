@@ -21,7 +21,10 @@ What a person sees of a step in Airflow's UI is set here once; step types only c
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from airflow.sdk import BaseOperator
@@ -36,6 +39,9 @@ if TYPE_CHECKING:
 
     from airflow_provider_agentloom.operators.context import WorkflowRunContext
     from airflow_provider_agentloom.tools.registry import ToolRegistry
+
+_LEAST_TIMEOUT = 0.001
+"""The least time ``execute`` is given: Airflow raises at a timeout of 0, before the step maps it."""
 
 _ENTRY_POINTS = ("render_template_fields", "execute", "execute_complete")
 """Every way Airflow enters a step: what each raises leaves brief (:func:`~.lifecycle.brief_errors`)."""
@@ -90,14 +96,23 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
         own ``{state.x}`` templates. An error here fails the attempt as one in ``execute`` would;
         the fields are then stored as they are when it ends. Outside a task process (``airflow
         tasks render``) there is no state to read, and the fields keep the workflow's text.
+
+        The step's ``timeout`` covers this phase too: what it takes is taken from the time
+        ``execute`` gets, so a whole attempt still lasts at most ``timeout`` seconds.
         """
         if not self.prepares_in_render or not in_a_task_process():
             return
+        limit = self.execution_timeout.total_seconds() if self.execution_timeout is not None else None
+        started = time.monotonic()
         try:
-            StepRun(self, context).prepare()
+            with contextlib.nullcontext() if limit is None else _timeout(limit):
+                StepRun(self, context).prepare()
         except BaseException:
             self.overwrite_rtif_after_execution = True  # nothing was stored yet
             raise
+        if limit is not None:  # this task object is the attempt's own copy (prepare_for_execution)
+            left = max(limit - (time.monotonic() - started), _LEAST_TIMEOUT)
+            self.execution_timeout = timedelta(seconds=left)
 
     def start_work_ahead(self) -> None:
         """Start what the step's work needs and can start before its state is read (default nothing).
@@ -174,3 +189,10 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT]):
         self.log.warning(
             "Step %s: %s is not in the state; it renders as an empty string", self.step.id, placeholder
         )
+
+
+def _timeout(seconds: float) -> contextlib.AbstractContextManager[Any]:
+    """Airflow's own timeout of ``execute`` (SIGALRM; it raises ``AirflowTaskTimeout``)."""
+    from airflow.sdk.execution_time.timeout import timeout
+
+    return timeout(seconds)  # type: ignore[no-untyped-call]
