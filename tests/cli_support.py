@@ -81,13 +81,19 @@ def fresh_python_json(tmp_path: Path, code: str, *args: str, **extra: str) -> An
     """Run ``code`` in a fresh interpreter (a private Airflow home under ``tmp_path``, ``extra`` set
     last) and return the JSON document its last line printed; fail the test if it fails."""
     env = cli_env(tmp_path / "home", AIRFLOW_HOME=str(tmp_path / "airflow"), **extra)
+    return python_json(code, *args, env=env, cwd=tmp_path)
+
+
+def python_json(code: str, *args: str, env: dict[str, str], cwd: Path, timeout: float = 120) -> Any:
+    """Run ``code`` in a fresh interpreter with ``env`` and return the JSON document its last line
+    printed; fail the test if it fails."""
     done = subprocess.run(
         [sys.executable, "-c", code, *args],
         env=env,
-        cwd=tmp_path,
+        cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -95,15 +95,15 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
             render_template(step.system_prompt, state, self.warn_missing) if step.system_prompt else None,
         )
         self.show_rendered(prompt=self.rendered_prompts[0], system_prompt=self.rendered_prompts[1])
-        base_dir = self.run_context.resolve_working_dir(context["run_id"])
+        self.base_dir = self.run_context.resolve_working_dir(context["run_id"])
         # Connections and options are read here, outside the event loop: in a task each lookup is
         # a request to the task supervisor. The model they name is shown with the prompts.
-        self.gateway_and_model = self.run_context.gateway(base_dir, mask=self.secrets.mask)
+        self.gateway_and_model = self.run_context.gateway(self.base_dir, mask=self.secrets.mask)
         self.show_rendered(model=self.run_context.model_for(step, self.gateway_and_model[1]))
 
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
         prompt, system = self.rendered_prompts
-        base_dir = self.run_context.resolve_working_dir(context["run_id"])
+        base_dir = self.base_dir
         gateway, default_model = self.gateway_and_model
         registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
         client: Any = _ReplyCache(gateway, context.get("task_state_store"), self.log, self.secrets)

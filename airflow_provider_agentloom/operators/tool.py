@@ -16,8 +16,6 @@ from airflow_provider_agentloom.workflow.templates import resolve_value
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-SHELL_COMMAND = "shell_command"
-
 
 class ToolStepOperator(AgentLoomStepOperator[ToolStep]):
     """Call a registered tool (a built-in or one of your own) with the step's resolved ``tool_args``.
@@ -43,16 +41,21 @@ class ToolStepOperator(AgentLoomStepOperator[ToolStep]):
         return {"tool_name": self.step.tool_name, "tool_args": self.step.tool_args}
 
     def start_work_ahead(self) -> None:
-        if self.step.tool_name == SHELL_COMMAND:  # its reaper's interpreter starts as the state is read
+        if self._runs_a_command():  # its reaper's interpreter starts as the state is read
             from airflow_provider_agentloom.tools._process import prestart_reaper
 
             prestart_reaper()
 
     def drop_work_ahead(self) -> None:
-        if self.step.tool_name == SHELL_COMMAND:
+        if self._runs_a_command():
             from airflow_provider_agentloom.tools._process import discard_spare_reaper
 
             discard_spare_reaper()
+
+    def _runs_a_command(self) -> bool:
+        from airflow_provider_agentloom.tools.builtins import ShellCommandTool
+
+        return self.step.tool_name == ShellCommandTool.name
 
     def render_step(self, context: Context, state: dict[str, Any]) -> None:
         if not self.step.tool_name:

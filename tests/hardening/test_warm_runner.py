@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import cli_env
+from cli_support import cli_env, python_json
 from process_support import is_gone, kill_marked, left_behind, new_marker, processes_with, wait_for_processes
 from runner_support import CliRun, run_states, wait_for
 
@@ -394,17 +394,7 @@ def test_the_python_api_runs_in_the_runner_even_where_airflow_is_configured_else
         AGENTLOOM_TEST_MARKER=marker,
     )
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", CALLER],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        report = json.loads(done.stdout.strip().splitlines()[-1])
+        report = python_json(CALLER, env=env, cwd=tmp_path, timeout=300)
         assert report["status"] == "success"
         assert report["engine"] == "success"
         assert report["loud"] == report["engine_loud"] == "HELLO\n"
