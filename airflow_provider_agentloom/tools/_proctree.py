@@ -88,20 +88,24 @@ def kill_tree(root: int, *, include_root: bool = True) -> list[int]:
     """
     stopped: list[int] = []
     seen: set[int] = set()
-    if include_root:
-        send_signal(root, signal.SIGSTOP)
-        stopped.append(root)
-        seen.add(root)
-    for _ in range(_MAX_SWEEPS):
-        new = [pid for pid in descendants(root) if pid not in seen and pid != os.getpid()]
-        if not new:
-            break
-        for pid in new:
-            send_signal(pid, signal.SIGSTOP)
-            seen.add(pid)
-            stopped.append(pid)
-    for pid in stopped:
-        send_signal(pid, signal.SIGKILL)
+    try:
+        if include_root:
+            stopped.append(root)  # before the signal: a stop is never left without its kill
+            seen.add(root)
+            send_signal(root, signal.SIGSTOP)
+        for _ in range(_MAX_SWEEPS):
+            new = [pid for pid in descendants(root) if pid not in seen and pid != os.getpid()]
+            if not new:
+                break
+            for pid in new:
+                stopped.append(pid)
+                seen.add(pid)
+                send_signal(pid, signal.SIGSTOP)
+    finally:
+        # Also when the sweep is interrupted (a second Ctrl-C raising in the runner's handler):
+        # a process left stopped would stay stopped for good, deaf to its parent-death signal.
+        for pid in stopped:
+            send_signal(pid, signal.SIGKILL)
     return stopped
 
 

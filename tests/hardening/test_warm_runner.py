@@ -335,7 +335,7 @@ def test_no_daemon_runs_in_the_calling_process_and_starts_no_runner(tmp_path: Pa
 
 
 CALLER = """
-import json, os, sys
+import json, os, sys, threading
 sys.path.insert(0, os.environ["TOOLS_DIR"])
 from airflow_provider_agentloom.dag_factory import build_dag  # Airflow is now configured elsewhere
 import anyio
@@ -348,6 +348,7 @@ import shout  # a module the runner can import too
 events = []
 result = run_workflow("flow.yaml", home=os.environ["RUN_HOME"], tools=[shout.shout],
                       on_progress=lambda step, event: events.append([step.step_id, event]))
+threads = [thread.name for thread in threading.enumerate()]  # the call leaves none of its own
 workflow = WorkflowParser.from_yaml(open("flow.yaml").read())
 registry = ToolRegistry()
 register_builtins(registry)
@@ -365,7 +366,7 @@ except HomeConflictError as exc:
     refused = str(exc)
 print(json.dumps({"status": result.status.value, "loud": result.final_state.get("loud"), "events": events,
                   "engine": engine.status.value, "engine_loud": engine.final_state.get("loud"),
-                  "refused": refused}))
+                  "refused": refused, "threads": threads}))
 """
 
 SHOUT = """
@@ -396,6 +397,7 @@ def test_the_python_api_runs_in_the_runner_even_where_airflow_is_configured_else
     try:
         report = python_json(CALLER, env=env, cwd=tmp_path, timeout=300)
         assert report["status"] == "success"
+        assert report["threads"] == ["MainThread"]
         assert report["engine"] == "success"
         assert report["loud"] == report["engine_loud"] == "HELLO\n"
         assert [step for step, event in report["events"] if event == "done"] == ["hello", "again", "loud"]

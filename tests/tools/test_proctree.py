@@ -106,6 +106,40 @@ def test_kill_tree_kills_the_root_and_every_descendant(marker: str) -> None:
         root.wait()
 
 
+@pytest.mark.timeout(30)
+def test_kill_tree_interrupted_half_way_still_kills_what_it_stopped(
+    marker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second Ctrl-C raises in the runner's handler while its first one kills the steps' trees:
+    what was stopped so far is killed on the way out, not left stopped for good."""
+    root = subprocess.Popen(["sh", "-c", f"sleep {marker} & sleep {marker} & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(processes_with(marker)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        send, stops = _proctree.send_signal, []
+
+        def interrupted_at_the_second_stop(pid: int, signum: int) -> None:
+            send(pid, signum)
+            if signum == signal.SIGSTOP:
+                stops.append(pid)
+                if len(stops) == 2:
+                    raise KeyboardInterrupt
+
+        monkeypatch.setattr(_proctree, "send_signal", interrupted_at_the_second_stop)
+        with pytest.raises(KeyboardInterrupt):
+            _proctree.kill_tree(root.pid)
+        assert len(stops) == 2  # the root and one sleep were stopped, the other never was
+        assert root.wait(timeout=10) == -signal.SIGKILL
+        left = {pid: _stat_field(pid, 0) for pid in processes_with(marker)}
+        assert "T" not in left.values(), left
+    finally:
+        root.kill()
+        root.wait()
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_a_process_has_no_descendants_once_it_has_ended_and_no_start_ticks() -> None:
     child = subprocess.Popen(["true"])
     child.wait()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib
 import os
 import pickle  # noqa: TID251  (between two processes of this same code and user: see the module doc)
 import queue
@@ -29,6 +30,8 @@ from typing import Any
 from airflow_provider_agentloom.runner.daemon import client, protocol
 
 _STOP_POLL_SECONDS = 0.1
+_RESULT_MODELS = "airflow_provider_agentloom.workflow.results"
+"""What the run's result and progress events unpickle into: pydantic and our models, ~75 ms of imports."""
 
 
 class Unshippable(Exception):
@@ -63,13 +66,22 @@ def call_in_runner(home: Path, arguments: dict[str, Any]) -> Any:
     except Exception as exc:
         raise Unshippable(f"the arguments cannot be pickled: {exc}") from None
     request = {"op": "call", "path": list(sys.path), "payload": payload}
-    sock, reply = client.hand_over(home, request)
-    with contextlib.closing(sock):
-        if "unshippable" in reply:
-            raise Unshippable(str(reply["unshippable"]))
-        if "pid" not in reply:
-            raise client.RunnerUnavailable(f"the warm runner refused the run: {reply.get('error', reply)}")
-        return _follow(sock, int(reply["pid"]), on_progress, ask, stop, home)
+    # The caller mostly waits while the run goes on: it imports the result's models meanwhile
+    # rather than after the run, when the result arrives (the CLI prints and needs none).
+    importing = threading.Thread(target=importlib.import_module, args=(_RESULT_MODELS,), daemon=True)
+    importing.start()
+    try:
+        sock, reply = client.hand_over(home, request)
+        with contextlib.closing(sock):
+            if "unshippable" in reply:
+                raise Unshippable(str(reply["unshippable"]))
+            if "pid" not in reply:
+                raise client.RunnerUnavailable(
+                    f"the warm runner refused the run: {reply.get('error', reply)}"
+                )
+            return _follow(sock, int(reply["pid"]), on_progress, ask, stop, home)
+    finally:
+        importing.join()
 
 
 def _follow(
