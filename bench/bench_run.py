@@ -14,6 +14,8 @@ Every figure is a whole process, timed from outside, and the kinds alternate wit
   step adds;
 - **no daemon**: ``agentloom run --no-daemon five.yaml``, the in-process runner (the peer);
 - **Python API**: ``python -c "run_workflow('five.yaml')"`` with the runner up;
+- **WorkflowEngine**: upstream's API as a ported script calls it (``WorkflowParser.from_yaml``, a
+  ``ToolRegistry``, ``await engine.run()``), timed whole and, inside the script, its run call;
 - **first run on a new home**: a new home, so the runner starts (Airflow import, Execution API
   server) and the home's database is copied from the template (made by an untimed first run).
 
@@ -42,6 +44,23 @@ from bench_spine import AGENTLOOM, FIVE_STEPS  # noqa: E402  (the 5-step workflo
 from contract import figure, write_json  # noqa: E402
 
 API_CALL = "from airflow_provider_agentloom import run_workflow; import sys; sys.exit(run_workflow('five.yaml').status.value != 'success')"
+# Upstream's API, as a ported script calls it; it notes how long its own imports and parse took
+# before the run, and the run call itself, in engine-times.jsonl.
+ENGINE_CALL = """
+import time; started = time.perf_counter()
+import anyio, json, sys
+from airflow_provider_agentloom import WorkflowEngine, WorkflowParser
+from airflow_provider_agentloom.tools import ToolRegistry
+from airflow_provider_agentloom.tools.builtins import register_builtins
+workflow = WorkflowParser.from_yaml(open("five.yaml").read())
+registry = ToolRegistry()
+register_builtins(registry)
+ready = time.perf_counter()
+result = anyio.run(WorkflowEngine(workflow=workflow, tool_registry=registry).run)
+with open("engine-times.jsonl", "a") as out:
+    out.write(json.dumps({"before_run": ready - started, "run": time.perf_counter() - ready}) + "\\n")
+sys.exit(result.status.value != "success")
+"""
 
 
 def environment(home: Path, templates: Path) -> dict[str, str]:
@@ -119,7 +138,9 @@ def main() -> None:
         warm_home, cold_home = work / "warm-home", work / "no-daemon-home"
         warm_env, cold_env = environment(warm_home, templates), environment(cold_home, templates)
         homes = [warm_home]
-        times: dict[str, list[float]] = {k: [] for k in ("warm", "warm1", "nodaemon", "api", "first")}
+        times: dict[str, list[float]] = {
+            k: [] for k in ("warm", "warm1", "nodaemon", "api", "engine", "first")
+        }
         try:
             # Untimed: the template database (first migration), both homes, the warm runner.
             timed([*AGENTLOOM, "run", "five.yaml", "--no-daemon"], cold_env, work)
@@ -132,6 +153,7 @@ def main() -> None:
                     ("nodaemon", [*AGENTLOOM, "run", "--no-daemon", "five.yaml"], cold_env),
                     ("warm1", [*AGENTLOOM, "run", "one.yaml"], warm_env),
                     ("api", [sys.executable, "-c", API_CALL], warm_env),
+                    ("engine", [sys.executable, "-c", ENGINE_CALL], warm_env),
                     ("first", [*AGENTLOOM, "run", "five.yaml"], environment(first_home, templates)),
                 ]
                 if index % 2:
@@ -143,6 +165,9 @@ def main() -> None:
                     f"round {index + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in times.items())
                 )
             own = step_times(warm_home, templates, work)
+            engine_parts = [
+                json.loads(line) for line in (work / "engine-times.jsonl").read_text().splitlines()
+            ]
             floor = step_floor(work, templates, rounds)
         finally:
             for home in homes:
@@ -150,12 +175,15 @@ def main() -> None:
 
     med = {kind: statistics.median(values) for kind, values in times.items()}
     per_step = (med["warm"] - med["warm1"]) / 4
+    engine_before = statistics.median(part["before_run"] for part in engine_parts)
+    engine_run = statistics.median(part["run"] for part in engine_parts)
     own_ms = statistics.median(own)
     print("\n## `agentloom run` of a 5-step tool workflow (whole process, wall time, medians)")
     for kind, label in (
         ("warm", "warm runner"),
         ("warm1", "warm runner, 1 step"),
         ("api", "Python API, warm runner"),
+        ("engine", "WorkflowEngine, warm runner"),
         ("first", "first run on a new home"),
         ("nodaemon", "--no-daemon (in-process)"),
     ):
@@ -200,6 +228,25 @@ def main() -> None:
                 goal=1.2,
                 goal_op="<=",
                 note="same figures as the CLI",
+            ),
+            figure(
+                "WorkflowEngine script, whole process, warm",
+                med["engine"],
+                "s",
+                "warm `agentloom run`",
+                med["warm"],
+                note=f"the script's own imports (pydantic, the models) and parse take {engine_before * 1000:.0f} ms "
+                "before the run: upstream's API hands the engine a parsed Workflow",
+            ),
+            figure(
+                "WorkflowEngine's run call, in the script, warm",
+                engine_run,
+                "s",
+                "warm `agentloom run`, whole process",
+                med["warm"],
+                goal=1.2,
+                goal_op="<=",
+                note="same figures as the CLI, once the script has its Workflow",
             ),
             figure(
                 "added per step (5-step minus 1-step, / 4)",
