@@ -86,7 +86,10 @@ def discover_entry_point_tools() -> list[BaseTool]:
     return found
 
 
-_found_by_group: dict[str, tuple[tuple[tuple[str, int], ...], list[EntryPoint]]] = {}
+_FolderEntryPoints = list[tuple[str, list[EntryPoint]]]
+"""The distributions of one ``sys.path`` folder in discovery order: each normalized name, and its
+entry points of one group (none for most)."""
+_found_in_folder: dict[tuple[str, str], tuple[int, _FolderEntryPoints]] = {}
 
 
 def warm_entry_points() -> None:
@@ -99,41 +102,37 @@ def _group_entry_points(group: str) -> list[EntryPoint]:
 
     The same distributions in the same order, the first of each name only, as ``entry_points``;
     but a package's ``entry_points.txt`` is parsed only when its text names ``group``. Reading them
-    all took 30-70 ms of every tool step's task process, and still takes ~10 ms: the list is kept
-    while no folder of ``sys.path`` changes (installing or removing a package adds or removes a
-    ``.dist-info`` folder there), so a task forked from a process that found it (a scheduler, the
-    warm runner: :func:`warm_entry_points`) only checks those folders.
+    all took 30-70 ms of every tool step's task process, and still takes ~10 ms: what each folder
+    of ``sys.path`` holds is kept while the folder does not change (installing or removing a
+    package adds or removes a ``.dist-info`` folder there). A task forked from a process that
+    found them (a scheduler, the warm runner: :func:`warm_entry_points`) checks those folders, and
+    reads only a folder that is new on its path, such as the DAG bundle Airflow adds.
     """
-    stamp = _import_path_stamp()
-    known = _found_by_group.get(group)
-    if known is not None and known[0] == stamp:
-        return list(known[1])
-    found = _read_group_entry_points(group)
-    _found_by_group[group] = (stamp, found)
-    return list(found)
-
-
-def _import_path_stamp() -> tuple[tuple[str, int], ...]:
-    stamp = []
-    for folder in sys.path:
-        try:
-            stamp.append((folder, os.stat(folder or ".").st_mtime_ns))
-        except OSError:
-            stamp.append((folder, -1))
-    return tuple(stamp)
-
-
-def _read_group_entry_points(group: str) -> list[EntryPoint]:
     found: list[EntryPoint] = []
     seen: set[str] = set()
-    for dist in distributions():
+    for folder in sys.path:
+        for name, points in _folder_entry_points(folder, group):
+            if name not in seen:
+                seen.add(name)
+                found.extend(points)
+    return found
+
+
+def _folder_entry_points(folder: str, group: str) -> _FolderEntryPoints:
+    where = os.path.abspath(folder or ".")  # "" is the current folder, whichever it is now
+    try:
+        stamp = os.stat(where).st_mtime_ns
+    except OSError:
+        return []  # a folder that does not exist holds no package
+    known = _found_in_folder.get((group, where))
+    if known is not None and known[0] == stamp:
+        return known[1]
+    found: _FolderEntryPoints = []
+    for dist in distributions(path=[folder]):
         name = getattr(dist, "_normalized_name", None) or _normalized(dist.metadata["Name"] or "")
-        if name in seen:
-            continue
-        seen.add(name)
         text = dist.read_text("entry_points.txt")
-        if text and group in text:
-            found.extend(dist.entry_points.select(group=group))
+        found.append((name, list(dist.entry_points.select(group=group)) if text and group in text else []))
+    _found_in_folder[(group, where)] = (stamp, found)
     return found
 
 

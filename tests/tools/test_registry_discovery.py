@@ -66,3 +66,35 @@ def test_the_list_is_kept_until_a_package_is_installed_or_removed(
         item.unlink()
     (site / "acme_tools-1.0.dist-info").rmdir()
     assert {ep.name for ep in _group_entry_points(ENTRY_POINT_GROUP)} == (names - {"acme"}) | {"more"}
+
+
+def test_a_folder_new_on_the_path_is_the_only_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task process's path has a folder its parent's had not (Airflow adds the DAG bundle's):
+    that folder is read, the packages of the others are not."""
+    from airflow_provider_agentloom.tools import registry
+
+    site, bundle = tmp_path / "site", tmp_path / "bundle"
+    _dist(site, "acme-tools", "1.0", f"[{ENTRY_POINT_GROUP}]\nacme = acme_tools:TOOLS\n")
+    bundle.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    registry.warm_entry_points()
+    names = {ep.name for ep in _group_entry_points(ENTRY_POINT_GROUP)}
+    assert "acme" in names
+
+    read: list[list[str]] = []
+    real = registry.distributions
+
+    def recorded(**kwargs: list[str]) -> object:
+        read.append(kwargs["path"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(registry, "distributions", recorded)
+    monkeypatch.syspath_prepend(str(bundle))
+    assert {ep.name for ep in _group_entry_points(ENTRY_POINT_GROUP)} == names
+    assert read == [[str(bundle)]]
+    # A package in the new folder comes first, as importlib would have it.
+    _dist(bundle, "acme-tools", "3.0", f"[{ENTRY_POINT_GROUP}]\nnewer = newer:TOOLS\n")
+    assert _group_entry_points(ENTRY_POINT_GROUP) == list(entry_points(group=ENTRY_POINT_GROUP))
+    assert {ep.name for ep in _group_entry_points(ENTRY_POINT_GROUP)} == (names - {"acme"}) | {"newer"}
