@@ -23,10 +23,13 @@ sys.argv = json.loads(sys.argv[1])
 before = [name for name in MODULES if name in sys.modules]
 from airflow.listeners.listener import get_listener_manager
 listeners = get_listener_manager()  # what a Job does as it starts: every plugin is loaded
+models = sys.modules.get("airflow_provider_agentloom.workflow.models")
 print(json.dumps({
     "before": before,
     "after": [name for name in MODULES if name in sys.modules],
     "listeners": listeners.has_listeners,
+    # a tool step dumps its sandbox config: built here, not in each task process
+    "models_built": None if models is None else models.SandboxConfig.__pydantic_complete__,
 }))
 """
 
@@ -49,6 +52,7 @@ def test_a_job_imports_our_task_modules_as_it_loads_plugins_and_registers_no_lis
     found = _probe(tmp_path, SCHEDULER)
     assert found["before"] == []
     assert found["after"] == list(TASK_MODULES)
+    assert found["models_built"] is True
     # Any listener would make Airflow refuse every DAG with an end_from_trigger=True task.
     assert found["listeners"] is False
 

@@ -15,7 +15,7 @@ PROBE = """
 import json, sys
 from airflow_provider_agentloom.runner.warmup import warm_task_path
 airflow_at_import = "airflow" in sys.modules  # the runner imports it before it configures Airflow
-from airflow_provider_agentloom.workflow.models import Workflow
+from airflow_provider_agentloom.workflow.models import SandboxConfig, Workflow
 from airflow._shared.observability.metrics import stats
 from sqlalchemy.orm import mapperlib
 
@@ -25,7 +25,7 @@ pending = [reg for reg in list(mapperlib._mapper_registries) if reg._new_mappers
 print(json.dumps({
     "airflow_at_import": airflow_at_import,
     "before": before,
-    "validators": Workflow.__pydantic_complete__,
+    "validators": Workflow.__pydantic_complete__ and SandboxConfig.__pydantic_complete__,
     "registry": stats._registry is not None,
     "mappers_pending": len(pending),
     "mappers": len(list(mapperlib._mapper_registries)),

@@ -107,10 +107,12 @@ def warm_task_path() -> None:
     except Exception:
         log.debug("warm-up: no metrics registry", exc_info=True)
     try:
+        from airflow_provider_agentloom.workflow.models import build_models
         from airflow_provider_agentloom.workflow.parser import parse_workflow_text
 
-        # The workflow models build their validators at their first validation (``defer_build``):
-        # ~40 ms that each run would pay again for its workflow file.
+        # The workflow models build their validators at their first use (``defer_build``): ~40 ms
+        # that each run would pay again for its workflow file. The parse warms the parser's own path.
+        build_models()
         parse_workflow_text(_WARM_UP_WORKFLOW, "<warm-up>")
     except Exception:
         log.debug("warm-up: workflow validators not built", exc_info=True)

@@ -671,3 +671,16 @@ class Workflow(_Strict):
 
 
 StepModel = LLMCallStep | AgentStep | ToolStep | RouterStep | SubworkflowStep | ApprovalGateStep
+
+
+def build_models() -> None:
+    """Build every workflow model's validator and serializer now, instead of at its first use.
+
+    The models defer them (``defer_build``): a process that parses nothing builds only those it
+    uses, each at its first use. A task whose DAG file came from the parse cache built the sandbox
+    config's serializer in every tool step (~8 ms). Processes that fork tasks and parses (Airflow's
+    jobs, the warm runner) call this once (~35 ms), and their forks inherit the built models.
+    """
+    for model in list(globals().values()):
+        if isinstance(model, type) and issubclass(model, _Strict) and not model.__pydantic_complete__:
+            model.model_rebuild()
