@@ -47,6 +47,10 @@ def cli_env(home: Path | str, *python_path: Path, warm: bool = False, **extra: s
     }
     env["PYTHONPATH"] = os.pathsep.join([*map(str, python_path), str(GUARD_DIR)])
     env["AGENTLOOM_HOME"] = str(home)
+    # A command that imports Airflow without the runner's home (`validate`) would otherwise make
+    # Airflow's default home, ~/airflow, outside the test's folder. The runner's commands point
+    # AIRFLOW_HOME at this same folder themselves.
+    env["AIRFLOW_HOME"] = str(home)
     env["AGENTLOOM_AIRFLOW_LOG_LEVEL"] = "INFO"
     if warm:
         WARM_HOMES.add(Path(home).resolve())
