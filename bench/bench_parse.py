@@ -189,13 +189,15 @@ def bench_env(rebuild: bool) -> BenchEnv:
             tail = (pip.stderr.strip().splitlines() or ["no output"])[-1]
             return BenchEnv(python, None, f"pip could not install {DAG_FACTORY}: {tail}")
         marker.write_text(json.dumps(wanted))
-    probe = subprocess.run(
-        [python, "-c", "import dagfactory; print(dagfactory.__version__)"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **QUIET},
-        check=False,
-    )
+    with tempfile.TemporaryDirectory(prefix="bench-parse-probe-") as probe_home:
+        # dagfactory imports Airflow: without a home of its own, Airflow would make ~/airflow.
+        probe = subprocess.run(
+            [python, "-c", "import dagfactory; print(dagfactory.__version__)"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **QUIET, "AIRFLOW_HOME": probe_home},
+            check=False,
+        )
     if probe.returncode != 0:
         tail = (probe.stderr.strip().splitlines() or ["no output"])[-1]
         return BenchEnv(python, None, f"dag-factory does not import: {tail}")
