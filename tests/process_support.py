@@ -76,6 +76,15 @@ def wait_for_processes(marker: str, *, present: bool, seconds: float = 5.0) -> l
         time.sleep(0.02)
 
 
+def wait_for_count(marker: str, count: int, seconds: float = 30) -> list[int]:
+    """Poll until at least ``count`` processes carry ``marker``; fail the test after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while len(found := processes_with(marker)) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} processes with the marker"
+        time.sleep(0.02)
+    return found
+
+
 def described(pid: int) -> str:
     """``pid``, its state, parent, wait channel and command line (what a failure needs to be understood)."""
     try:

@@ -107,12 +107,10 @@ def warm_task_path() -> None:
     except Exception:
         log.debug("warm-up: no metrics registry", exc_info=True)
     try:
-        from airflow_provider_agentloom.workflow.models import build_models
         from airflow_provider_agentloom.workflow.parser import parse_workflow_text
 
-        # The workflow models build their validators at their first use (``defer_build``): ~40 ms
-        # that each run would pay again for its workflow file. The parse warms the parser's own path.
-        build_models()
+        # preload() above built the workflow models (their validators are built at first use,
+        # ``defer_build``: ~40 ms each run would pay again); the parse warms the parser's own path.
         parse_workflow_text(_WARM_UP_WORKFLOW, "<warm-up>")
     except Exception:
-        log.debug("warm-up: workflow validators not built", exc_info=True)
+        log.debug("warm-up: the parser not warmed", exc_info=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from process_support import processes_with, wait_for_processes
+from process_support import processes_with, wait_for_count, wait_for_processes
 from sandbox_support import PYTHON_BIN, make_tree, python_command, registry
 
 from airflow_provider_agentloom.tools._process import CommandResult, run_shell
@@ -189,13 +189,6 @@ async def test_the_next_command_removes_the_cgroups_of_reapers_killed_outright(t
         for path in (stale, alive):
             if os.path.isdir(path):
                 os.rmdir(path)
-
-
-def wait_for_count(marker: str, count: int, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while len(processes_with(marker)) < count:
-        assert time.monotonic() < deadline, f"fewer than {count} processes with the marker"
-        time.sleep(0.02)
 
 
 def reaper_of(pid: int) -> int:

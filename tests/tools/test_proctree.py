@@ -12,10 +12,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
-from process_support import processes_with, wait_for_processes
+from process_support import processes_with, wait_for_count, wait_for_processes
 
 from airflow_provider_agentloom.tools import _proctree
 
@@ -30,14 +29,23 @@ SUBREAPER = textwrap.dedent(
     marker = sys.argv[1]
     _linux.prctl(_linux.PR_SET_CHILD_SUBREAPER, 1)
     subprocess.Popen(["sh", "-c", f"setsid sleep {marker} & (sleep {marker} &) ; exec sleep {marker}"])
+    def shape():
+        listed, parents = _proctree.descendants(os.getpid()), [os.getpid()]
+        for pid in listed:
+            try:
+                with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+                    parents.append(int(handle.read().rpartition(")")[2].split()[1]))
+            except OSError:  # the subshell, gone as it was read
+                return [], [os.getpid()]
+        return listed, parents
+    # Until the final shape: /proc is read one process at a time, so while the subshell exits its
+    # sleep can be read as its child and then the subshell as gone, leaving that sleep unlisted.
     deadline = time.monotonic() + 20
-    while len(_proctree.descendants(os.getpid())) < 3 and time.monotonic() < deadline:
+    while True:
+        listed, parents = shape()
+        if (len(listed) == 3 and parents[1:].count(os.getpid()) == 2) or time.monotonic() > deadline:
+            break
         time.sleep(0.02)
-    listed = _proctree.descendants(os.getpid())
-    parents = [os.getpid()]
-    for pid in listed:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            parents.append(int(handle.read().rpartition(")")[2].split()[1]))
     if sys.argv[2] == "kill_tree":
         killed = _proctree.kill_tree(os.getpid(), include_root=False)
     else:
@@ -84,10 +92,7 @@ def test_a_subreaper_kills_its_detached_and_double_forked_descendants_but_not_it
 def test_kill_tree_kills_the_root_and_every_descendant(marker: str) -> None:
     root = subprocess.Popen(["sh", "-c", f"sleep {marker} & sh -c 'sleep {marker}' & wait"])
     try:
-        deadline = time.monotonic() + 10
-        while len(processes_with(marker)) < 3 and time.monotonic() < deadline:  # root and two sleeps
-            time.sleep(0.02)
-        seen = set(processes_with(marker))
+        seen = set(wait_for_count(marker, 3, seconds=10))  # root and two sleeps
         # Listed after `seen`: the tree only grows until it is killed (the inner sh may still be
         # forking its sleep), so everything seen is in it.
         tree = _proctree.descendants(root.pid)
@@ -114,9 +119,7 @@ def test_kill_tree_interrupted_half_way_still_kills_what_it_stopped(
     what was stopped so far is killed on the way out, not left stopped for good."""
     root = subprocess.Popen(["sh", "-c", f"sleep {marker} & sleep {marker} & wait"])
     try:
-        deadline = time.monotonic() + 10
-        while len(processes_with(marker)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for_count(marker, 3, seconds=10)  # root and two sleeps
         send, stops = _proctree.send_signal, []
 
         def interrupted_at_the_second_stop(pid: int, signum: int) -> None:
@@ -136,8 +139,6 @@ def test_kill_tree_interrupted_half_way_still_kills_what_it_stopped(
     finally:
         root.kill()
         root.wait()
-        for pid in processes_with(marker):
-            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_process_has_no_descendants_once_it_has_ended_and_no_start_ticks() -> None:
