@@ -155,6 +155,7 @@ def _add_scope(
             task_id=local_id, step=step, run_context=scope, dag=dag, task_group=group, **kwargs
         )
         ends[step_id] = (task, task)
+    continue_on_failure = workflow.config.on_step_failure == "continue"
     for step_id, parents in graph.parents.items():
         entry = ends[step_id][0]
         if parents:
@@ -163,6 +164,11 @@ def _add_scope(
             # A setup's dependents run when it succeeded (Airflow's rule for setup tasks).
             entry.trigger_rule = TriggerRule.ALL_SUCCESS
             entry.set_upstream(start)
+        if scope.reads_implicitly(step_id):
+            # A skipped writer never stops its reader: the task skips itself only when one of its
+            # explicit dependencies was skipped (WorkflowRunContext.skip_gates). Airflow's setup rule
+            # still skips (or fails) it with its subworkflow's __start__.
+            entry.trigger_rule = TriggerRule.ALL_DONE if continue_on_failure else TriggerRule.NONE_FAILED
     return [result for _, result in ends.values()]
 
 

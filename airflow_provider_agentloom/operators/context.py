@@ -183,6 +183,27 @@ class WorkflowRunContext:
         """The task the edges into a step end at: the step's own, or a subworkflow's opening task."""
         return self.task_id(step_id, result=False)
 
+    def reads_implicitly(self, step_id: str) -> bool:
+        """Whether ``step_id`` has an implicit read edge (a parent it does not name in ``depends_on``)."""
+        explicit = self.graph.explicit_parents.get(step_id, ())
+        return any(parent not in explicit for parent in self.graph.parents.get(step_id, ()))
+
+    def skip_gates(self, step_id: str) -> dict[str, str]:
+        """``{task id: step id}`` of the tasks whose skip skips ``step_id`` though its trigger rule lets
+        it run; empty when Airflow's trigger rule alone decides.
+
+        An implicit read edge orders the reader after the writer, but a writer a router skipped never
+        stops the reader (it reads what exists, as upstream). Airflow's trigger rules are per task, not
+        per edge, so a step with an implicit edge runs under a rule that lets a skipped parent through
+        (``none_failed``, or ``all_done`` under ``on_step_failure: continue``) and its task tells its
+        ``depends_on`` steps apart itself (``StepRun.check_dependencies``): a skip of any of them skips
+        the step, as upstream's skip closure does. (Such a step always has ``depends_on``: implicit
+        edges come from earlier layers only.)
+        """
+        if not self.reads_implicitly(step_id):
+            return {}
+        return {self.task_id(parent): parent for parent in self.graph.explicit_parents.get(step_id, ())}
+
     def tasks_of(self, step_id: str) -> list[str]:
         """Every task id of a step: its own, or a subworkflow's whole TaskGroup, recursively."""
         step = self.graph.steps[step_id]

@@ -152,10 +152,30 @@ class StepRun(Generic[StepT]):
             self.operator.drop_work_ahead()
 
     def begin(self) -> dict[str, Any]:
-        """Start the attempt (inside :meth:`guard`): conf and budget checks, then the state the step reads."""
+        """Start the attempt (inside :meth:`guard`): its dependencies, the conf and budget checks, then
+        the state the step reads."""
+        self.check_dependencies()
         self.check_conf()
         self.check_budget()
         return self.read_state()
+
+    def check_dependencies(self) -> None:
+        """Skip the step when one of its explicit dependencies was skipped (a router's branch not taken).
+
+        Only a step with an implicit read edge asks (its trigger rule lets a skipped parent through,
+        see ``WorkflowRunContext.skip_gates``); it costs that step one request for the tasks' states.
+        """
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        gates = self.operator.run_context.skip_gates(self.step.id)
+        if not gates:
+            return
+        states = self.reader.task_states(list(gates))
+        skipped = [step_id for task_id, step_id in gates.items() if states.get(task_id) == "skipped"]
+        if skipped:
+            raise AirflowSkipException(
+                f"step {self.step.id!r} depends on {', '.join(map(repr, skipped))}, which was skipped"
+            )
 
     def check_conf(self) -> None:
         """Refuse a run conf key that is not a top-level state key (a typo would be silently ignored).

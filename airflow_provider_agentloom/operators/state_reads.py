@@ -20,6 +20,7 @@ source), for the benchmark's side-by-side comparison (``bench/bench_state.py``).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus
@@ -63,6 +64,15 @@ class SourceReader:
             self.requests += 1
             found = self._xcoms[(task_id, key)] = self.ti.xcom_pull(task_ids=task_id, key=key)
         return found
+
+    def task_states(self, task_ids: list[str]) -> dict[str, str]:
+        """The Airflow state of each of ``task_ids`` in this run (a task not yet run is left out), in
+        one request."""
+        ti = self.ti
+        self.requests += 1
+        found = ti.get_task_states(dag_id=ti.dag_id, task_ids=task_ids, run_ids=[ti.run_id])
+        states = found.get(ti.run_id, {}) if isinstance(found, Mapping) else {}
+        return {str(task_id): str(state) for task_id, state in states.items() if state is not None}
 
     def result(self, task_id: str) -> tuple[str, Any] | None:
         """``(status, output)`` of a source task, or None when it left nothing to apply.

@@ -105,7 +105,7 @@ class SubworkflowOperator(_SubworkflowTask):
         with run.guard():
             base = child.scope_base(run.reader, run.overrides(), self.warn_missing)
             run.secrets = TaskSecrets(child.workflow, base)
-            results = child_results(child, run.pull, _task_states(context, child))
+            results = child_results(child, run.pull, _task_states(run, child))
             outcome = child_outcome(self.step, base, child, results)
             failed, stopped = outcome.extra.pop("failed"), outcome.extra.pop("budget_stopped")
             if failed is None and stopped is None:
@@ -119,16 +119,9 @@ class SubworkflowOperator(_SubworkflowTask):
         raise AssertionError("unreachable")  # pragma: no cover - guard re-raises
 
 
-def _task_states(context: Context, child: WorkflowRunContext) -> dict[str, str]:
-    """The Airflow state of each task of the child's steps (empty when the API cannot tell)."""
-    ti = context["ti"]
-    task_ids = [tid for sid in child.graph.steps for tid in _tasks_of(child, sid)]
-    try:
-        found = ti.get_task_states(dag_id=ti.dag_id, task_ids=task_ids, run_ids=[ti.run_id])
-    except Exception:  # an older API server: the metadata alone decides
-        return {}
-    states = found.get(ti.run_id, found) if isinstance(found, Mapping) else {}
-    return {str(tid): str(state) for tid, state in states.items() if state is not None}
+def _task_states(run: StepRun[SubworkflowStep], child: WorkflowRunContext) -> dict[str, str]:
+    """The Airflow state of each task of the child's steps."""
+    return run.reader.task_states([tid for sid in child.graph.steps for tid in _tasks_of(child, sid)])
 
 
 def _tasks_of(scope: WorkflowRunContext, step_id: str) -> tuple[str, ...]:

@@ -63,12 +63,13 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
         for loc, message in _targets_not_children(step, graph):
             add("warning", ("steps", i, *loc), message)
     for edge in graph.implicit_edges:
-        keys = ", ".join(edge.keys)
+        keys = ", ".join("the whole state" if key == "*" else key for key in edge.keys)
         add(
             "info",
             ("steps", index[edge.reader]),
             f"step {edge.reader!r} reads {keys} written by {edge.writer!r}: added the dependency "
-            f"{edge.writer} >> {edge.reader} (it behaves like depends_on)",
+            f"{edge.writer} >> {edge.reader} (it runs after {edge.writer!r}; a router skipping "
+            f"{edge.writer!r} does not skip it)",
         )
     for reader, writer, key in graph.unseen_reads:
         add(
