@@ -12,8 +12,10 @@ from airflow_support import run_dag_test, task_states, xcom
 
 from airflow_provider_agentloom import WorkflowEngine, WorkflowParser
 from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.gateway import ProviderGateway
 from airflow_provider_agentloom.llm.mock import MockProvider
+from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCall
 from airflow_provider_agentloom.tools import ToolRegistry, tool
 
 
@@ -192,6 +194,81 @@ def test_a_retry_does_not_pay_again_for_replies_already_received(tmp_path: Path)
     assert xcom(dag_run, "ask") == "final"
     # dag.test runs both attempts in this process: the mock saw the first reply only once.
     assert [call.matched_by for call in provider.calls] == ["step_id", "step_id"]
+
+
+CHANGED_ON_RETRY = """
+name: changed-on-retry
+steps:
+  - id: ask
+    type: agent
+    prompt: "Stamp, then note the stamp."
+    tools: [stamp, note_once]
+    max_iterations: 4
+    retry: {max_retries: 1, backoff_max: 1}
+    output: answer
+"""
+
+
+class StampModel(LLMProvider):
+    """The model: asks for ``stamp``, then for ``note_once`` with the stamp it got, then answers with it.
+
+    Its second reply depends on the stamp in its request: a reply kept from another request is stale.
+    """
+
+    name = vendor = "stamp-model"
+
+    def __init__(self) -> None:
+        self.requests: list[list[str]] = []
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        results = [m.content for m in request.messages if m.role == "tool"]
+        self.requests.append(results)
+        if not results:
+            return ChatResponse(tool_calls=[ToolCall(id="s", name="stamp")])
+        if len(results) == 1:
+            return ChatResponse(
+                tool_calls=[ToolCall(id="n", name="note_once", arguments={"note": results[0]})]
+            )
+        return ChatResponse(content=f"noted {results[1]}")
+
+    async def stream(self, request: ChatRequest, on_chunk: Any = None) -> ChatResponse:
+        return await self.complete(request)
+
+
+def test_a_retry_never_reuses_a_reply_to_another_request(tmp_path: Path) -> None:
+    """Attempt 1 dies in its second tool call; attempt 2's first request is the same (its reply is reused),
+    its second is not (the tool answered otherwise): the model is asked again."""
+    stamps = tmp_path / "stamps"
+    noted = tmp_path / "noted"
+
+    @tool(name="stamp")
+    def stamp() -> str:
+        count = len(stamps.read_text()) if stamps.exists() else 0
+        stamps.write_text("x" * (count + 1))
+        return f"stamp-{count + 1}"
+
+    @tool(name="note_once")
+    def note_once(note: str) -> str:
+        if not noted.exists():
+            noted.write_text(note)
+            raise SystemExit(3)  # kills the first attempt after the model's second reply was kept
+        return note
+
+    model = StampModel()
+    gateway = ProviderGateway()
+    gateway.register(model, priority=0)
+    dag = build_dag(
+        WorkflowParser.from_yaml(CHANGED_ON_RETRY),
+        tools=[stamp, note_once],
+        working_dir=str(tmp_path),
+        discover_tools=False,
+        run_context_options={"provider_gateway": gateway},
+    )
+    dag_run = run_dag_test(dag)
+    assert task_states(dag_run)["ask"] == ("success", 2)
+    assert xcom(dag_run, "ask") == "noted stamp-2"  # not the reply kept for stamp-1's request
+    # Attempt 1: [], [stamp-1]; attempt 2: [] reused, [stamp-2] asked anew, then the answer.
+    assert model.requests == [[], ["stamp-1"], ["stamp-2"], ["stamp-2", "stamp-2"]]
 
 
 SPEND_READS = """

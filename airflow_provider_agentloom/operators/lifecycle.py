@@ -83,6 +83,15 @@ def brief_errors(method: MethodT) -> MethodT:
     return wrapper  # type: ignore[return-value]
 
 
+def attempt_sequence(ti: Any, retries: int) -> int:
+    """The first try number of the run of attempts ``ti`` belongs to.
+
+    Airflow gives a task instance ``retries + 1`` tries; a person's clear raises ``max_tries`` to
+    the last try plus ``retries``, so a retry keeps this number and a clear starts a new one.
+    """
+    return max(1, int(ti.max_tries or 0) - int(retries or 0) + 1)
+
+
 @dataclass
 class StepOutcome:
     """What a step's body returns: the output and what it cost."""

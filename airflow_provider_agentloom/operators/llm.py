@@ -5,7 +5,9 @@ the sandbox, build the gateway (connections, env vars, mock, recording), call th
 the model↔tool loop when there are tools — and return the text with tokens and cost.
 
 Retries do not pay twice: every model reply is kept in Airflow 3.3's task state store, and a
-later attempt of the same task reuses the replies already received, in order. With
+later attempt of the same task reuses a reply already received for the same request
+(:class:`~airflow_provider_agentloom.llm.replay.KeptReplies`); a person's clear, or a changed
+request (an edited prompt, a changed upstream output), calls the model again. With
 ``config.budget_usd`` every model call first checks the run's budget (``operators.budget``).
 The tool loop's fan-out limits are the provider options ``[agentloom] max_parallel_tool_calls``
 and ``max_tool_calls_per_reply`` (defaults in ``llm.loop``).
@@ -27,12 +29,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import anyio
 
 from airflow_provider_agentloom.exceptions import BudgetExceededError, StepError, ToolError
+from airflow_provider_agentloom.llm.replay import KeptReplies
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome
 from airflow_provider_agentloom.operators.budget import (
     SPEND_KEY,
     BudgetGuard,
     recorded_spend,
 )
+from airflow_provider_agentloom.operators.lifecycle import attempt_sequence
 from airflow_provider_agentloom.settings import max_parallel_tool_calls, max_tool_calls_per_reply
 from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
 from airflow_provider_agentloom.workflow.results import TokenUsage
@@ -43,10 +47,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_agentloom.llm.base import OnChunk
     from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord, ToolSpec
-    from airflow_provider_agentloom.operators.masking import TaskSecrets
     from airflow_provider_agentloom.tools.registry import ToolRegistry
-
-_REPLY_KEY = "agentloom_reply_{}"
 
 ModelStepT = TypeVar("ModelStepT", LLMCallStep, AgentStep)
 
@@ -106,7 +107,13 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         base_dir = self.base_dir
         gateway, default_model = self.gateway_and_model
         registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
-        client: Any = _ReplyCache(gateway, context.get("task_state_store"), self.log, self.secrets)
+        client: Any = KeptReplies(
+            gateway,
+            context.get("task_state_store"),
+            sequence=attempt_sequence(context["ti"], self.retries),
+            mask=self.secrets.mask,
+            log=self.log,
+        )
         guard = self._budget_guard(client, context)
         limits = (max_parallel_tool_calls(), max_tool_calls_per_reply())
         call = _ModelCall(
@@ -355,45 +362,3 @@ class _ChunkSink:
         if self._written:
             self.write("\n")
             self._written = False
-
-
-class _ReplyCache:
-    """A chat client that keeps each reply in the task state store and replays them on a retry.
-
-    Each reply is masked of the task's secrets as it arrives, before it is kept or read: a model
-    that echoes a key cannot put it into the store, the tool loop, the output or the next step.
-    """
-
-    def __init__(self, client: Any, store: Any, log: Any, secrets: TaskSecrets) -> None:
-        self._client = client
-        self._store = store
-        self._log = log
-        self._secrets = secrets
-        self._count = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        return await self._cached(request, lambda: self._client.complete(request))
-
-    async def stream(self, request: ChatRequest, on_chunk: Any = None) -> ChatResponse:
-        return await self._cached(request, lambda: self._client.stream(request, on_chunk))
-
-    async def _cached(self, request: ChatRequest, call: Any) -> ChatResponse:
-        from airflow_provider_agentloom.llm.types import ChatResponse
-
-        key = _REPLY_KEY.format(self._count)
-        self._count += 1
-        if self._store is not None:
-            kept = self._store.get(key)
-            if kept:
-                self._log.info("Reusing the model reply %s received by an earlier attempt", key)
-                return ChatResponse.model_validate(kept)
-        response = ChatResponse.model_validate(self._secrets.mask((await call()).model_dump(mode="json")))
-        if self._store is not None:
-            try:
-                self._store.set(key, response.model_dump(mode="json"))
-            except Exception as exc:  # too big for the store, or no store backend: only an optimisation
-                self._log.warning("Could not keep the model reply for a retry: %s", exc)
-        return response
