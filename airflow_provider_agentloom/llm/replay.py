@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -40,6 +39,14 @@ class ChatClient(Protocol):
     async def complete(self, request: ChatRequest) -> ChatResponse: ...
 
     async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse: ...
+
+
+class Log(Protocol):
+    """A logger: the task's own in a task (Airflow's structlog logger), or the standard library's."""
+
+    def info(self, event: Any, *args: Any, **kw: Any) -> Any: ...
+
+    def warning(self, event: Any, *args: Any, **kw: Any) -> Any: ...
 
 
 class ReplyStore(Protocol):
@@ -75,7 +82,7 @@ class KeptReplies:
         *,
         sequence: int,
         mask: Callable[[Any], Any],
-        log: logging.Logger | logging.LoggerAdapter[Any],
+        log: Log,
     ) -> None:
         self._client = client
         self._store = store

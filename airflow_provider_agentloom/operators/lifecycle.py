@@ -83,7 +83,7 @@ def brief_errors(method: MethodT) -> MethodT:
     return wrapper  # type: ignore[return-value]
 
 
-def attempt_sequence(ti: Any, retries: int) -> int:
+def attempt_sequence(ti: Any, retries: int | None) -> int:
     """The first try number of the run of attempts ``ti`` belongs to.
 
     Airflow gives a task instance ``retries + 1`` tries; a person's clear raises ``max_tries`` to
