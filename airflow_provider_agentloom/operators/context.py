@@ -27,7 +27,13 @@ from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.models import SandboxConfig, SubworkflowStep, Workflow
-from airflow_provider_agentloom.workflow.redaction import Mask, SecretMasker
+from airflow_provider_agentloom.workflow.redaction import (
+    Mask,
+    SecretMasker,
+    inherited_schema,
+    redacted_key_patterns,
+    state_secrets,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_agentloom.operators.state_reads import SourceReader
@@ -137,8 +143,9 @@ class WorkflowRunContext:
         from airflow_provider_agentloom.workflow.parser import graph_of
 
         child = step.child
-        # Parent redaction patterns apply in the child too (as upstream merges them).
-        schema = {**self.workflow.state_schema, **child.state_schema}
+        # Parent redaction patterns apply in the child too (as upstream merges them), and redaction
+        # only ever widens down the tree: a child's `redact: false` cannot unmask a parent's key.
+        schema = inherited_schema(self.workflow.state_schema, child.state_schema)
         if schema != child.state_schema:
             child = child.model_copy(update={"state_schema": schema})
         group_id = self._group_of(step.id)
@@ -251,6 +258,7 @@ class WorkflowRunContext:
         reader: SourceReader,
         overrides: Mapping[str, Any] | None,
         on_missing: Callable[[str], None] | None = None,
+        secrets: list[str] | None = None,
     ) -> dict[str, Any]:
         """The state this scope's steps start from, before their ancestors' outputs.
 
@@ -260,14 +268,22 @@ class WorkflowRunContext:
         are templated against the parent's state (upstream copies them literally).
 
         :param reader: reads the XComs of this run (``operators.state_reads``).
+        :param secrets: collects the redacted values of every enclosing scope's state: a task's
+            secrets are the whole chain's (an isolated child's ``input`` may carry the parent's
+            secret under a key the child does not redact).
         """
         from airflow_provider_agentloom.workflow.state import initial_state
 
         if self.parent is None or self.scope_step is None:
             return initial_state(self.workflow.state, overrides)
-        return self.child_base(
-            self.parent.state_for(self.scope_step.id, reader, overrides, on_missing), on_missing
-        )
+        parent_state = self.parent.state_for(self.scope_step.id, reader, overrides, on_missing, secrets)
+        if secrets is not None:
+            secrets.extend(self.parent.secrets_in(parent_state))
+        return self.child_base(parent_state, on_missing)
+
+    def secrets_in(self, state: Mapping[str, Any]) -> list[str]:
+        """The values ``state`` holds under this scope's redacted keys."""
+        return state_secrets(state, redacted_key_patterns(self.workflow.state_schema))
 
     def child_base(
         self, parent_state: dict[str, Any], on_missing: Callable[[str], None] | None = None
@@ -289,16 +305,19 @@ class WorkflowRunContext:
         reader: SourceReader,
         overrides: Mapping[str, Any] | None,
         on_missing: Callable[[str], None] | None = None,
+        secrets: list[str] | None = None,
     ) -> dict[str, Any]:
         """The state ``step_id`` of this scope reads: the scope's base, then its ancestors' outputs.
 
         The outputs come from :func:`~..workflow.state.assemble_state`'s sources, read through
         ``reader``: one XCom per source whose output can show (``operators.state_reads``).
+
+        :param secrets: collects the enclosing scopes' redacted values (:meth:`scope_base`).
         """
         from airflow_provider_agentloom.operators.state_reads import per_source_reads
         from airflow_provider_agentloom.workflow.state import assemble_state, rebuild_state, state_sources
 
-        base = self.scope_base(reader, overrides, on_missing)
+        base = self.scope_base(reader, overrides, on_missing, secrets)
         if per_source_reads():  # the former reads, kept for comparison (bench/bench_state.py)
             results = []
             for source in state_sources(self.graph, step_id):
@@ -316,7 +335,8 @@ class WorkflowRunContext:
         """
         from airflow_provider_agentloom import settings
 
-        template = self.working_dir or self.workflow.config.airflow.working_dir or settings.working_dir()
+        # The root's: a child workflow never moves the folder its parent's sandbox paths resolve from.
+        template = self.working_dir or self.root.workflow.config.airflow.working_dir or settings.working_dir()
         template = template or DEFAULT_WORKING_DIR
         filled = template.replace("{dag_id}", path_segment(self.dag_id)).replace(
             "{run_id}", path_segment(run_id)

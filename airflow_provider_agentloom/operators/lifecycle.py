@@ -281,8 +281,11 @@ class StepRun(Generic[StepT]):
         run's secrets from here on.
         """
         run_context = self.operator.run_context
-        state = run_context.state_for(self.step.id, self.reader, self.overrides(), self.operator.warn_missing)
-        self.secrets = TaskSecrets(run_context.workflow, state)
+        inherited: list[str] = []
+        state = run_context.state_for(
+            self.step.id, self.reader, self.overrides(), self.operator.warn_missing, inherited
+        )
+        self.secrets = TaskSecrets(run_context.workflow, state, inherited)
         return state
 
     def spent(self, usage: TokenUsage, cost_usd: float, **extra: Any) -> None:

@@ -15,7 +15,7 @@ state's secrets registered here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_provider_agentloom.workflow.models import Workflow
@@ -34,11 +34,14 @@ class TaskSecrets:
 
     :param workflow: the workflow whose ``state_schema`` names the redacted keys.
     :param state: the state the step reads (its redacted values are secrets).
+    :param inherited: the redacted values of the enclosing scopes' states (in a subworkflow).
     """
 
-    def __init__(self, workflow: Workflow, state: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, workflow: Workflow, state: Mapping[str, Any] | None = None, inherited: Iterable[str] = ()
+    ) -> None:
         self.key_patterns = redacted_key_patterns(workflow.state_schema)
-        self._values = state_secrets(state or {}, self.key_patterns)
+        self._values = list(dict.fromkeys([*state_secrets(state or {}, self.key_patterns), *inherited]))
         for value in self._values:
             register_secret(value)
         self._masker: SecretMasker | None = None

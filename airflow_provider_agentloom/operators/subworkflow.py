@@ -103,8 +103,9 @@ class SubworkflowOperator(_SubworkflowTask):
         run = StepRun(self, context)
         child = self.run_context.child(self.step)
         with run.guard():
-            base = child.scope_base(run.reader, run.overrides(), self.warn_missing)
-            run.secrets = TaskSecrets(child.workflow, base)
+            inherited: list[str] = []
+            base = child.scope_base(run.reader, run.overrides(), self.warn_missing, inherited)
+            run.secrets = TaskSecrets(child.workflow, base, inherited)
             results = child_results(child, run.pull, _task_states(run, child))
             outcome = child_outcome(self.step, base, child, results)
             failed, stopped = outcome.extra.pop("failed"), outcome.extra.pop("budget_stopped")

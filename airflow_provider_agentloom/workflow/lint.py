@@ -15,10 +15,11 @@ from airflow_provider_agentloom.workflow.models import (
     ApprovalGateStep,
     LLMCallStep,
     RouterStep,
+    SubworkflowStep,
     ToolStep,
     Workflow,
 )
-from airflow_provider_agentloom.workflow.source import source_map_of
+from airflow_provider_agentloom.workflow.source import child_place, source_map_of
 from airflow_provider_agentloom.workflow.templates import check_template, iter_strings
 
 
@@ -79,6 +80,7 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
             f"{reader!r} will not see that value (add depends_on: [{writer}] if it should)",
         )
     findings += _outlets_per_final_step(workflow, graph)
+    findings += _child_airflow_keys(workflow, workflow, ())
     if not workflow.config.strict_outputs:
         for a, b, key, index_b in output_collisions(workflow, graph):
             add(
@@ -100,6 +102,34 @@ def _outlets_per_final_step(workflow: Workflow, graph: StepGraph) -> list[Findin
         "step_outlets instead"
     )
     return [Finding("info", source_map_of(workflow).issue(("config", "airflow", "outlets"), message))]
+
+
+CHILD_AIRFLOW_KEYS = frozenset({"pool", "queue", "llm_conn_id", "outlets", "step_outlets"})
+"""The ``config.airflow`` keys a subworkflow's child sets for its own steps; the others are the DAG's."""
+
+
+def _child_airflow_keys(workflow: Workflow, owner: Workflow, loc: tuple[str | int, ...]) -> list[Finding]:
+    """``config.airflow`` keys of a child (at any depth) that only the root workflow's take effect for.
+
+    ``working_dir`` among them: the working folder and the sandbox's base belong to the root, so a
+    child cannot move the folder its parent's relative sandbox paths resolve from.
+    """
+    found: list[Finding] = []
+    for i, step in enumerate(workflow.steps):
+        if not isinstance(step, SubworkflowStep):
+            continue
+        child = step.child
+        where, base = child_place(step, owner, (*loc, "steps", i))
+        for key in sorted(child.config.airflow.model_fields_set - CHILD_AIRFLOW_KEYS):
+            message = (
+                f"subworkflow {step.id!r}: its child's config.airflow.{key} has no effect (only the root "
+                f"workflow's applies)"
+            )
+            found.append(
+                Finding("warning", source_map_of(where).issue((*base, "config", "airflow", key), message))
+            )
+        found += _child_airflow_keys(child, where, base)
+    return found
 
 
 def _targets_not_children(step: object, graph: StepGraph) -> list[tuple[tuple[str | int, ...], str]]:

@@ -31,6 +31,7 @@ __all__ = [
     "Mask",
     "REDACT_STATE_KEYS_ENV",
     "SecretMasker",
+    "inherited_schema",
     "marker",
     "redact_state",
     "redacted_key_patterns",
@@ -61,6 +62,16 @@ def redacted_key_patterns(
     listed = (environ if environ is not None else os.environ).get(REDACT_STATE_KEYS_ENV, "")
     patterns.extend(part.strip() for part in listed.split(",") if part.strip())
     return tuple(dict.fromkeys(patterns))
+
+
+def inherited_schema(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    """A child's ``state_schema`` below ``parent``'s: both patterns, and a parent's ``redact: true``
+    always wins (a child may redact more, never less)."""
+    merged = {**parent, **child}
+    for pattern, policy in parent.items():
+        if getattr(policy, "redact", False) and not getattr(merged[pattern], "redact", False):
+            merged[pattern] = policy
+    return merged
 
 
 def _is_redacted(name: str, path: str, patterns: Iterable[str]) -> bool:

@@ -11,6 +11,7 @@ from airflow_provider_agentloom.workflow.models import StateKeyConfig
 from airflow_provider_agentloom.workflow.redaction import (
     REDACT_STATE_KEYS_ENV,
     SecretMasker,
+    inherited_schema,
     marker,
     redact_state,
     redacted_key_patterns,
@@ -88,3 +89,11 @@ def test_state_secrets_are_the_texts_under_redacted_keys() -> None:
 @pytest.mark.parametrize("case_sensitive", ["API_KEY", "Api_Key"])
 def test_patterns_match_case_sensitively_as_upstream(case_sensitive: str) -> None:
     assert redact_state({case_sensitive: "x"}, ("api_key",)) == {case_sensitive: "x"}
+
+
+def test_a_childs_schema_can_redact_more_but_never_less() -> None:
+    parent = {"api_*": StateKeyConfig(redact=True), "note": StateKeyConfig(redact=False)}
+    child = {"api_*": StateKeyConfig(redact=False), "note": StateKeyConfig(redact=True)}
+    merged = inherited_schema(parent, child)
+    assert redacted_key_patterns(merged, environ={}) == ("api_*", "note")
+    assert redacted_key_patterns({**parent, **child}, environ={}) == ("note",)  # the former merge
