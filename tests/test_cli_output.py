@@ -156,8 +156,10 @@ def test_the_quick_start_leaves_the_repository_clean(tmp_path: Path, warm_home: 
         assert path.parts[-2:] == ("orders", "A-1001.json")
         assert run_folder.parent == Path("/tmp/agentloom/order-pipeline").resolve()
         assert path.read_text(encoding="utf-8") == '{"order": "A-1001", "first_item": "widget"}'
+        summary = (run_folder / "summary.txt").read_text(encoding="utf-8")
+        assert summary == f"order A-1001 saved as {path}, 43 bytes\n"
         assert re.search(
-            rf"^describe: .*order A-1001 saved as {re.escape(str(path))}", proc.stdout, re.MULTILINE
+            rf'^count: .*"stdout": "{len(summary.encode())} summary.txt', proc.stdout, re.MULTILINE
         )
     finally:
         shutil.rmtree(path.parents[1], ignore_errors=True)

@@ -40,12 +40,13 @@ def test_cli_run_prints_progress_and_one_json_document(workdir: Path, warm_home:
     # The example's config.airflow.working_dir: a folder of its own per run, not the current directory.
     run_folder = Path("/tmp/agentloom/order-pipeline").resolve() / document["run_id"]
     assert save["output"] == {"written": 43, "path": str(run_folder / "orders" / "A-1001.json")}
-    assert document["final_state"]["description"]["stdout"].startswith("order A-1001 saved as ")
+    assert (run_folder / "summary.txt").read_text().startswith("order A-1001 saved as ")
+    assert document["final_state"]["counted"]["stdout"].endswith(" summary.txt\n")
     lines = proc.stderr.splitlines()
     assert any(
         line.strip().startswith("ok") and "save_order" in line and "1 attempt" in line for line in lines
     )
-    assert any("describe" in line and " ms" in line for line in lines)
+    assert any("count" in line and " ms" in line for line in lines)
     assert (
         run_folder / "orders" / "A-1001.json"
     ).read_text() == '{"order": "A-1001", "first_item": "widget"}'

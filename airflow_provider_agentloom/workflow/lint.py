@@ -20,7 +20,13 @@ from airflow_provider_agentloom.workflow.models import (
     Workflow,
 )
 from airflow_provider_agentloom.workflow.source import child_place, source_map_of
-from airflow_provider_agentloom.workflow.templates import check_template, iter_strings
+from airflow_provider_agentloom.workflow.templates import (
+    WHOLE_VALUE_RE,
+    check_template,
+    find_placeholders,
+    iter_strings,
+    parse_path,
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
         )
     findings += _outlets_per_final_step(workflow, graph)
     findings += _child_airflow_keys(workflow, workflow, ())
+    findings += _input_in_commands(workflow, workflow, workflow, (), sandboxed=False)
     if not workflow.config.strict_outputs:
         for a, b, key, index_b in output_collisions(workflow, graph):
             add(
@@ -130,6 +137,49 @@ def _child_airflow_keys(workflow: Workflow, owner: Workflow, loc: tuple[str | in
             )
         found += _child_airflow_keys(child, where, base)
     return found
+
+
+def _input_in_commands(
+    workflow: Workflow, root: Workflow, owner: Workflow, loc: tuple[str | int, ...], *, sandboxed: bool
+) -> list[Finding]:
+    """``shell_command`` commands that a run's input (a trigger's conf) reaches, with the sandbox off.
+
+    The input is every top-level ``state`` key of the root workflow (any key with
+    ``allow_extra_conf``); a non-isolated child reads the same state. With the sandbox on, shell
+    operators and expansion are refused, so a value cannot add a command. (What a step computes from
+    the input, and an isolated child's ``input``, are not followed.)
+    """
+    sandboxed = sandboxed or workflow.config.sandbox.enabled
+    settable = None if root.config.airflow.allow_extra_conf else frozenset(root.state)
+    found: list[Finding] = []
+    for i, step in enumerate(workflow.steps):
+        if isinstance(step, SubworkflowStep) and not step.isolated_state:
+            where, base = child_place(step, owner, (*loc, "steps", i))
+            found += _input_in_commands(step.child, root, where, base, sandboxed=sandboxed)
+        if sandboxed or not isinstance(step, ToolStep) or step.tool_name != "shell_command":
+            continue
+        command = step.tool_args.get("command")
+        keys = sorted(_state_keys_read(command, settable) if isinstance(command, str) else set())
+        for key in keys:
+            message = (
+                f"step {step.id!r} puts state.{key} into a shell command with the sandbox off, and a run's "
+                f"input (a trigger's conf) can set it: a value like '; rm -rf ~' would run as a command. "
+                "Turn on config.sandbox (it refuses shell operators), or pass the value as a file's content"
+            )
+            issue = source_map_of(owner).issue((*loc, "steps", i, "tool_args", "command"), message)
+            found.append(Finding("warning", issue))
+    return found
+
+
+def _state_keys_read(text: str, among: frozenset[str] | None) -> set[str]:
+    """The top-level state keys of ``among`` (None: any) a template or a whole-value ``state.x`` reads."""
+    whole = WHOLE_VALUE_RE.fullmatch(text)
+    if whole is not None:
+        read = {str(parse_path(whole.group(1))[0])}
+    else:
+        placeholders = find_placeholders(text, lambda key: among is None or key in among)
+        read = {str(p.parts[0]) for p in placeholders if p.root in ("state", "flat") and p.parts}
+    return read if among is None else read & among
 
 
 def _targets_not_children(step: object, graph: StepGraph) -> list[tuple[tuple[str | int, ...], str]]:

@@ -201,7 +201,8 @@ def test_order_pipeline_runs_with_conf(stack: AirflowStack) -> None:
         _trigger_and_wait(stack, "order-pipeline", "e2e_order_1", conf)
         assert stack.task_states("order-pipeline", "e2e_order_1") == {
             "save_order": "success",
-            "describe": "success",
+            "summarize": "success",
+            "count": "success",
         }
 
         saved = stack.xcom("order-pipeline", "e2e_order_1", "save_order")
@@ -214,9 +215,16 @@ def test_order_pipeline_runs_with_conf(stack: AirflowStack) -> None:
         assert path.read_text(encoding="utf-8") == content
         assert saved["written"] == len(content.encode())
 
-        described = stack.xcom("order-pipeline", "e2e_order_1", "describe")
-        assert described["returncode"] == 0
-        assert described["stdout"] == f"order E2E-42 saved as {path}, {saved['written']} bytes\n"
+        summary = f"order E2E-42 saved as {path}, {saved['written']} bytes\n"
+        assert (run_folder / "summary.txt").read_text(encoding="utf-8") == summary
+        counted = stack.xcom("order-pipeline", "e2e_order_1", "count")
+        assert counted == {"returncode": 0, "stdout": f"{len(summary)} summary.txt\n", "stderr": ""}
+
+        # A hostile trigger (the run's input is untrusted): nothing of it runs as a command.
+        marker = stack.base / "pwned-by-conf"
+        hostile = {"order": {"id": f"E2E-66; touch {marker}; echo", "items": ["x"]}}
+        _trigger_and_wait(stack, "order-pipeline", "e2e_order_hostile", hostile)
+        assert not marker.exists()
 
         # A second run on the warm worker: the figure for "a 2-step DAG, trigger to success".
         _trigger_and_wait(stack, "order-pipeline", "e2e_order_2", {"order": {"id": "E2E-43", "items": ["x"]}})
