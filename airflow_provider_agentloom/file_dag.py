@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -27,12 +26,9 @@ from airflow_provider_agentloom.workflow.limits import (
     read_workflow_text,
 )
 from airflow_provider_agentloom.workflow.models import Workflow
-from airflow_provider_agentloom.workflow.parser import parse_workflow_text
+from airflow_provider_agentloom.workflow.parser import looks_like_a_workflow, parse_workflow_text
 
 log = logging.getLogger(__name__)
-
-_WORKFLOW_KEYS = re.compile(r"^(?:name|steps)[ \t]*:", re.MULTILINE)
-
 
 @dataclass(frozen=True)
 class BuiltWorkflow:
@@ -62,7 +58,7 @@ def read_workflow(path: str | os.PathLike[str], limits: ParseLimits) -> Workflow
     source = os.fspath(path)
     try:
         text = read_workflow_text(source, limits)
-        if not _WORKFLOW_KEYS.search(text):
+        if not looks_like_a_workflow(text):
             return WorkflowValidationError.from_message(
                 source, "not a workflow: no top-level 'name:' or 'steps:' key"
             )

@@ -45,6 +45,14 @@ _WORKFLOW_LIMIT_OPTIONS: dict[str, dict[str, Any]] = {
         "float",
         "20.0",
     ),
+    "workflow_allowed_folders": _limit(
+        "More folders a subworkflow's workflow_path may name (absolute, comma-separated), besides "
+        "the folder of the workflow file that names it and the dags folder of the loader. A path "
+        "outside them (a symbolic link's target included) is a validation error: a workflow never "
+        "reads, nor quotes, a file elsewhere.",
+        "string",
+        "",
+    ),
 }
 
 

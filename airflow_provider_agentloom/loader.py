@@ -105,7 +105,9 @@ def load_workflows(
     try:
         cache_dir = parse_cache_dir()
         disk = ParseCache(cache_dir) if cache_dir else None
-        folder_load = _FolderLoad(root, workflow_limits(), tuple(tools), working_dir, disk)
+        # The dags folder itself: a workflow in a sub-folder may name a child anywhere in it.
+        limits = workflow_limits().allowing(str(root.resolve()))
+        folder_load = _FolderLoad(root, limits, tuple(tools), working_dir, disk)
         with _collector_paused():
             folder_load.run(_workflow_files(root, tuple(patterns), recursive), dags)
     except Exception:  # never reached by a bad file (each is contained); a bug must not drop the others

@@ -49,6 +49,8 @@ class ParseLimits:
     :param max_depth: nesting of mappings and lists, subworkflow files included.
     :param max_steps: steps of the workflow and its subworkflows together.
     :param parse_timeout: seconds to read, parse and build one file.
+    :param allowed_folders: more folders a ``workflow_path`` may name, besides the root workflow's
+        own folder (and the dags folder, in the loader): a workflow never reads a file elsewhere.
     """
 
     max_file_bytes: int = 4 * 1024 * 1024
@@ -56,11 +58,18 @@ class ParseLimits:
     max_depth: int = 64
     max_steps: int = 5_000
     parse_timeout: float = 20.0
+    allowed_folders: tuple[str, ...] = ()
 
     @staticmethod
     def option_name(field: str) -> str:
         """The ``[agentloom]`` option of a field: ``max_nodes`` -> ``workflow_max_nodes``."""
         return OPTION_PREFIX + field
+
+    def allowing(self, folder: str) -> ParseLimits:
+        """These limits, with ``folder`` among the folders a ``workflow_path`` may name."""
+        if folder in self.allowed_folders:
+            return self
+        return dataclasses.replace(self, allowed_folders=(*self.allowed_folders, folder))
 
     def without_time_limit(self) -> ParseLimits:
         """These limits but the time limit, which does not change the verdict on a file read in time.
@@ -81,6 +90,9 @@ def limits_from(get: Callable[[str], str | None]) -> ParseLimits:
         raw = get(option)
         if raw is None or str(raw).strip() == "":
             continue
+        if field.name == "allowed_folders":
+            values[field.name] = folder_list(str(raw), option)
+            continue
         kind = int if field.type in ("int", int) else float
         try:
             value = kind(str(raw).strip())
@@ -91,6 +103,19 @@ def limits_from(get: Callable[[str], str | None]) -> ParseLimits:
         values[field.name] = value
     limits = ParseLimits(**values)
     return DEFAULT_LIMITS if limits == DEFAULT_LIMITS else limits
+
+
+def folder_list(raw: str, option: str) -> tuple[str, ...]:
+    """Absolute folders from a comma-separated list (``~`` expanded); a relative one raises ValueError."""
+    folders = []
+    for part in (item.strip() for item in raw.split(",")):
+        if not part:
+            continue
+        folder = os.path.expanduser(part)
+        if not os.path.isabs(folder):
+            raise ValueError(f"[agentloom] {option}: {part!r} is not an absolute folder")
+        folders.append(os.path.normpath(folder))
+    return tuple(dict.fromkeys(folders))
 
 
 def limits_from_environment() -> ParseLimits:

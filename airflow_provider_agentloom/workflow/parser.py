@@ -243,8 +243,21 @@ def _load_yaml(text: str, source: str, budget: Budget, depth_offset: int = 0) ->
         loader.dispose()
 
 
+WORKFLOW_KEYS = re.compile(r"^(?:name|steps)[ \t]*:", re.MULTILINE)
+"""A workflow file has a top-level ``name:`` or ``steps:`` key; a file without one is not quoted."""
+
+
+def looks_like_a_workflow(text: str) -> bool:
+    """Whether ``text`` has a top-level ``name:`` or ``steps:`` key (what any workflow file has)."""
+    return WORKFLOW_KEYS.search(text) is not None
+
+
 class _Validator:
-    """Validate one file's data, mapping every error back to its line."""
+    """Validate one file's data, mapping every error back to its line.
+
+    :param roots: the folders a ``workflow_path`` may name (the root workflow's folder and
+        ``ParseLimits.allowed_folders``); a subworkflow file's validator gets its parent's.
+    """
 
     def __init__(
         self,
@@ -254,6 +267,7 @@ class _Validator:
         *,
         budget: Budget | None = None,
         depth_offset: int = 0,
+        roots: tuple[Path, ...] | None = None,
     ) -> None:
         self.text = text
         self.source = source
@@ -261,6 +275,11 @@ class _Validator:
         self.budget = budget or Budget.start(DEFAULT_LIMITS, source)
         self.depth_offset = depth_offset
         self.source_map = SourceMap(text, source)
+        if roots is None:
+            own = Path.cwd() if source.startswith("<") else Path(source).resolve().parent
+            allowed = (Path(folder).resolve() for folder in self.budget.limits.allowed_folders)
+            roots = tuple(dict.fromkeys((own, *allowed)))
+        self.roots = roots
 
     def validate(self, data: Any, prefix: Loc = ()) -> Workflow:
         if not isinstance(data, Mapping):
@@ -414,6 +433,14 @@ class _Validator:
             candidates = [Path.cwd() / relative]
         else:
             candidates = [Path(self.source).resolve().parent / relative]
+        resolved = candidates[0].resolve()
+        if not any(resolved == root or root in resolved.parents for root in self.roots):
+            folders = ", ".join(str(root) for root in self.roots)
+            raise self.error(
+                loc,
+                f"workflow_path {relative!r} is outside the folders a workflow may name ({folders}); "
+                f"list its folder in [agentloom] {ParseLimits.option_name('allowed_folders')} to allow it",
+            )
         path = next((c for c in candidates if os.path.lexists(c)), None)
         if path is None:
             looked = ", ".join(str(c) for c in candidates)
@@ -427,13 +454,21 @@ class _Validator:
         try:
             text = read_workflow_text(path, self.budget.limits)
         except WorkflowValidationError as exc:
-            raise self.error(loc, f"workflow_path {relative!r}: {exc.first.message}") from None
+            message = exc.first.message
+            if message.startswith("not UTF-8 text"):  # nothing of a file that is not a workflow is quoted
+                message = "not UTF-8 text (a workflow file must be UTF-8 YAML)"
+            raise self.error(loc, f"workflow_path {relative!r}: {message}") from None
+        if not looks_like_a_workflow(text):
+            raise self.error(
+                loc, f"workflow_path {relative!r} is not a workflow file (no top-level 'name:' or 'steps:' key)"
+            )
         child = _Validator(
             text,
             str(path),
             (*self.stack, str(Path(self.source).resolve())),
             budget=self.budget,
             depth_offset=self.depth_offset + len(loc),  # the mappings and lists above it
+            roots=self.roots,
         )
         return child.validate(_load_yaml(text, str(path), self.budget, child.depth_offset))
 

@@ -236,7 +236,7 @@ TRIGGERS: list[Trigger] = [
     Trigger(
         "subworkflow_path_to_a_binary_file",
         several(write("blob.bin", bytes(range(256))), hostile(subworkflow_of("blob.bin"))),
-        ("workflow_path 'blob.bin': not UTF-8 text: byte 0x80",),
+        ("workflow_path 'blob.bin': not UTF-8 text (a workflow file must be UTF-8 YAML)",),
         line=6,
         key="steps[1].workflow_path",
     ),
@@ -362,7 +362,21 @@ TRIGGERS: list[Trigger] = [
     Trigger(
         "subworkflow_path_to_dev_zero",
         hostile(subworkflow_of("/dev/zero")),
-        ("workflow_path '/dev/zero': cannot read file: it is a character device",),
+        ("workflow_path '/dev/zero' is outside the folders a workflow may name",),
+        line=6,
+        key="steps[1].workflow_path",
+    ),
+    Trigger(
+        "subworkflow_path_to_a_file_that_is_not_a_workflow",
+        several(write("notes.txt", "secret: s3cr3t-canary\n"), hostile(subworkflow_of("notes.txt"))),
+        ("workflow_path 'notes.txt' is not a workflow file (no top-level 'name:' or 'steps:' key)",),
+        line=6,
+        key="steps[1].workflow_path",
+    ),
+    Trigger(
+        "subworkflow_link_out_of_the_folder",
+        several(symlink("child.link", "/etc/hostname"), hostile(subworkflow_of("child.link"))),
+        ("workflow_path 'child.link' is outside the folders a workflow may name",),
         line=6,
         key="steps[1].workflow_path",
     ),
