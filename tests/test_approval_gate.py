@@ -170,6 +170,18 @@ def test_timeout_without_on_timeout_fails_the_gate(tmp_path: Path) -> None:
     assert "got no answer within 1s and has no on_timeout" in (result.step_results["approve"].error or "")
     assert run["states"]["finalise"][0] == "upstream_failed"
 
+    # Airflow keeps the question open (it cannot be closed without an answer): an answer given now
+    # is stored, and changes nothing of the run.
+    from airflow.utils.session import create_session
+
+    from airflow_provider_agentloom.runner.approvals import answer_gate
+
+    dag_run = run["dag_run"]
+    with create_session() as session:
+        answer_gate(session, dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id="approve", approve=True)
+    assert task_states(dag_run) == run["states"]
+    assert xcom(dag_run, "approve") is None
+
 
 NOTIFIED = """
 name: {name}
