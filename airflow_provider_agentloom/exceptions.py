@@ -5,7 +5,9 @@
     AgentLoomError
      ├── WorkflowValidationError      a workflow file does not load (file, line, key, suggestion)
      ├── StepError                    a step failed; ``retryable`` says whether Airflow may retry it
-     │    ├── TemplateError           broken braces in a template (retryable, as the spec page says)
+     │    ├── TemplateError           a template that cannot render: broken braces (retryable, as the
+     │    │                           spec page says; the loader refuses them) or a format width or
+     │    │                           rendered size past the caps (fails at once)
      │    ├── StateKeyMissingError    a whole-value ``state.x`` argument names a missing key (fails at once)
      │    ├── ToolNotFoundError       ``tool_name`` is not registered (fails at once)
      │    ├── ToolError               a tool raised (retryable)
@@ -92,7 +94,8 @@ class StepError(AgentLoomError):
 
 
 class TemplateError(StepError):
-    """Raised when a template has broken braces, such as an unterminated ``{state.x``."""
+    """Raised when a template cannot render: broken braces (an unterminated ``{state.x``), a bad format
+    spec, or one that would build a huge string (``{state.x:>100000000}``, not retryable)."""
 
 
 class StateKeyMissingError(StepError):

@@ -14,6 +14,10 @@ CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
 
 GUARD_DIR = Path(__file__).resolve().parent / "subprocess_guard"
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The checkout these tests belong to: its package is the one a CLI process imports (an editable
+install elsewhere, a git worktree's main checkout say, would otherwise be imported instead)."""
+
 _VENDOR_PREFIXES = ("OPENAI_", "ANTHROPIC_", "GOOGLE_", "OLLAMA_")
 
 
@@ -45,7 +49,7 @@ def cli_env(home: Path | str, *python_path: Path, warm: bool = False, **extra: s
         for name, value in os.environ.items()
         if not name.startswith("AIRFLOW") and not is_outside_setting(name)
     }
-    env["PYTHONPATH"] = os.pathsep.join([*map(str, python_path), str(GUARD_DIR)])
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, python_path), str(CHECKOUT), str(GUARD_DIR)])
     env["AGENTLOOM_HOME"] = str(home)
     # A command that imports Airflow without the runner's home (`validate`) would otherwise make
     # Airflow's default home, ~/airflow, outside the test's folder. The runner's commands point

@@ -163,3 +163,45 @@ def test_the_quick_start_leaves_the_repository_clean(tmp_path: Path, warm_home: 
         )
     finally:
         shutil.rmtree(path.parents[1], ignore_errors=True)
+
+
+def test_validate_names_the_file_line_key_and_closest_name_of_a_read_nothing_provides(tmp_path: Path) -> None:
+    flow, child = tmp_path / "flow.yaml", tmp_path / "child.yaml"
+    flow.write_text(
+        "name: typo\nstate: {text: hi}\nsteps:\n"
+        "  - {id: count, type: tool, tool_name: shell_command, tool_args: {command: 'echo {state.txet}'}}\n"
+        "  - id: ask\n    type: llm_call\n    prompt: |\n      first\n      {steps.cuont.output.stdout}\n"
+        "  - {id: sub, type: subworkflow, workflow_path: child.yaml}\n",
+        encoding="utf-8",
+    )
+    child.write_text(
+        "name: child\nsteps:\n  - {id: c, type: llm_call, prompt: '{state.tetx}'}\n", encoding="utf-8"
+    )
+    proc = run_cli("validate", str(flow), cwd=tmp_path, env=cli_env(tmp_path / "home"))
+    assert proc.returncode == 0, proc.stderr  # a warning: the file loads
+    warnings = [line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("warning:")]
+    empty = "it renders as an empty string"
+    assert warnings == [
+        "warning: line 4: steps[0].tool_args.command: step 'count' reads {state.txet}, but no state key, "
+        f"param or step output is called 'txet': {empty} (did you mean text?)",
+        "warning: line 9: steps[1].prompt: step 'ask' reads {steps.cuont.output.stdout}, but there is no "
+        f"step 'cuont': {empty} (did you mean count?)",
+        f"warning: {child}:3: steps[0].prompt: step 'c' reads {{state.tetx}}, but no state key, param or "
+        f"step output is called 'tetx': {empty} (did you mean text?)",  # the child's own file
+    ]
+
+
+def test_validate_refuses_a_template_no_run_can_render(tmp_path: Path) -> None:
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        "name: braces\nstate: {x: 1}\nsteps:\n"
+        "  - {id: a, type: tool, tool_name: shell_command, tool_args: {command: 'echo {state.x'}}\n",
+        encoding="utf-8",
+    )
+    proc = run_cli("validate", str(flow), cwd=tmp_path, env=cli_env(tmp_path / "home"))
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"invalid  {flow}",
+        f"    {flow}:4: steps[0].tool_args.command: step 'a': broken braces in template: unterminated "
+        "placeholder '{state.x' (expected '}' after the path; write {{ for a literal brace)",
+    ]

@@ -201,3 +201,19 @@ def test_every_step_type_has_an_operator_and_loads(tmp_path: Path) -> None:
         "LLMCallOperator",
         "AgentOperator",
     }
+
+
+def test_a_template_no_run_can_render_makes_the_placeholder_dag(folder: Path) -> None:
+    """An unclosed ``{state.`` is an error at parse time, as at ``validate``: the file's DAG is the
+    placeholder with the error, not a DAG whose step would fail each of its attempts."""
+    (folder / "braces.yaml").write_text(
+        "name: braces-flow\nstate: {x: 1}\nsteps:\n"
+        "  - {id: one, type: tool, tool_name: shell_command, tool_args: {command: 'echo {state.x'}}\n"
+    )
+    bag = bag_of(folder)
+    message = bag.import_errors["braces.yaml"]
+    assert f"{folder / 'braces.yaml'}:4: steps[0].tool_args.command: step 'one': broken braces" in message
+    assert "expected '}' after the path" in message
+    placeholder = bag.dags["braces-flow"]
+    assert list(placeholder.task_dict) == ["invalid_workflow"]
+    assert placeholder.task_dict["invalid_workflow"].message == message

@@ -17,7 +17,7 @@ from spine_tools import TOOLS
 
 from airflow_provider_agentloom.dag_factory import build_dag
 from airflow_provider_agentloom.runner.results import RunResultCollector
-from airflow_provider_agentloom.workflow.parser import load_workflow
+from airflow_provider_agentloom.workflow.parser import load_workflow, parse_workflow_text
 
 DATA = Path(__file__).parent / "data" / "router"
 
@@ -259,3 +259,77 @@ def test_a_router_with_nothing_to_skip_and_one_choosing_a_non_child(continue_run
     assert xcom(dag_run, "elsewhere", key="skipmixin_key") == {"skipped": ["unchosen"]}
     assert xcom(dag_run, "free") == {"value": "free"}
     assert continue_run["dag"].task_dict["free"].upstream_task_ids == set()
+
+
+# --- a condition value of thousands of digits (issue 20, 2.10) ------------------------------------
+
+BITS = "1" * 20_000  # int(BITS, 2) has 6,021 digits: str() of it raises ValueError (the 4,300 limit)
+HUGE = "int of 6,021 digits: 398027684033…"
+HUGE_ROUTER = f"""
+name: huge-router
+state: {{bits: "{BITS}"}}
+steps:
+  - id: route
+    type: router
+    retry: {{max_retries: 1, backoff_max: 0}}
+    conditions:
+      - {{expression: "int(state.bits, 2) < 1000", target: small}}
+      - {{expression: "int(state.bits, 2)", target: big}}
+    default: small
+  - {{id: small, type: tool, tool_name: echo_args, depends_on: [route]}}
+  - {{id: big, type: tool, tool_name: echo_args, depends_on: [route]}}
+"""
+
+
+def _huge_run(tmp: Path, name: str) -> dict[str, Any]:
+    from test_step_ui import _rendered
+
+    workflow = parse_workflow_text(HUGE_ROUTER.replace("huge-router", name), f"{name}.yaml")
+    dag = build_dag(workflow, tools=TOOLS, working_dir=str(tmp), discover_tools=False)
+    dag_run = run_dag_test(dag)
+    return {"dag_run": dag_run, "states": task_states(dag_run), "rendered": _rendered(dag_run)}
+
+
+def test_a_condition_value_of_thousands_of_digits_routes_and_shows_shortened(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    import reprlib
+
+    with pytest.raises(ValueError, match="4300 digits"):  # what showed it before: reprlib, then str()
+        reprlib.Repr().repr(int(BITS, 2))
+    run = _huge_run(tmp_path, "huge-router")
+    assert run["states"] == {"route": ("success", 1), "big": ("success", 1), "small": ("skipped", 0)}
+    assert xcom(run["dag_run"], "route") == "big"
+    conditions = xcom(run["dag_run"], "route", key="agentloom")["extra"]["conditions"]
+    assert conditions == f'"int(state.bits, 2) < 1000" -> False; "int(state.bits, 2)" -> {HUGE}'
+    assert run["rendered"]["route"]["conditions"] == [
+        {"expression": "int(state.bits, 2) < 1000", "target": "small", "value": "False"},
+        {"expression": "int(state.bits, 2)", "target": "big", "value": HUGE},
+        {"default": "small"},
+    ]
+    captured = capfd.readouterr()  # dag.test prints the task logs
+    printed = captured.out + captured.err + caplog.text
+    assert f'Router route: conditions[1] "int(state.bits, 2)" -> {HUGE}' in printed
+
+
+@pytest.mark.parametrize("guard", ["on", "off"])
+def test_a_router_that_cannot_show_a_value_fails_once_not_as_an_unexpected_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: str
+) -> None:
+    """With the shortening taken away (the former code's reprlib), the router still fails once; the
+    control (``off``: the router's own errors left as they come) shows the retry it used to make."""
+    import contextlib
+    import reprlib
+
+    from airflow_provider_agentloom.operators.router import RouterOperator
+    from airflow_provider_agentloom.workflow import routing
+
+    monkeypatch.setattr(routing._ShownValue, "repr_int", reprlib.Repr.repr_int)
+    if guard == "off":
+        monkeypatch.setattr(RouterOperator, "_never_retried", lambda self: contextlib.nullcontext())
+    run = _huge_run(tmp_path, f"huge-router-unshown-{guard}")
+    assert run["states"]["route"] == ("failed", 1 if guard == "on" else 2)  # retry: 1 in the file
+    assert run["states"]["big"][0] == run["states"]["small"][0] == "upstream_failed"
+    error = xcom(run["dag_run"], "route", key="agentloom")["error"]
+    prefix = "router 'route' failed: " if guard == "on" else ""
+    assert error.startswith(f"{prefix}ValueError: Exceeds the limit (4300 digits)")

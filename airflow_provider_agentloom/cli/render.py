@@ -130,12 +130,18 @@ def validation_report(
         print(f"    layer {index}: {', '.join(ids)}", file=out)
     for finding in findings:
         label = "warning" if finding.level == "warning" else "note"
-        print(f"    {label}: {_short(finding.issue)}", file=out)
+        print(f"    {label}: {_short(finding.issue, workflow.source_path)}", file=out)
 
 
-def _short(issue: ValidationIssue) -> str:
-    where = f"line {issue.line}: " if issue.line is not None else ""
-    return f"{where}{issue.message}"
+def _short(issue: ValidationIssue, file: str | None) -> str:
+    """``line 9: steps[1].prompt: message (did you mean x?)``; the file is named when it is another
+    one (a subworkflow's file), the report's own being in its first line."""
+    where = f"line {issue.line}" if issue.line is not None else ""
+    if issue.file != file:
+        where = f"{issue.file}:{issue.line}" if issue.line is not None else issue.file
+    key = f"{issue.key_path}: " if issue.key_path else ""
+    hint = f" (did you mean {issue.suggestion}?)" if issue.suggestion else ""
+    return f"{where + ': ' if where else ''}{key}{issue.message}{hint}"
 
 
 def _layer_plan(graph: StepGraph) -> list[list[str]]:

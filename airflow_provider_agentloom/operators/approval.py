@@ -233,7 +233,10 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
             from airflow_provider_agentloom.workflow.templates import render_template
 
             names = {**state, "run_id": run_id, "step_id": self.step.id, "workflow_name": workflow_name}
-            return self.secrets.mask_text(render_template(config.body_template, names, self.warn_missing))
+            where = f"step {self.step.id!r} notify.body_template"
+            return self.secrets.mask_text(
+                render_template(config.body_template, names, self.warn_missing, where=where)
+            )
         return default_webhook_body(
             run_id=run_id, step_id=self.step.id, workflow_name=workflow_name, ui_url=self._ui_link(context)
         )

@@ -296,7 +296,7 @@ class WorkflowRunContext:
         assert step is not None
         if not step.isolated_state:
             return parent_state
-        inputs = resolve_value(step.input, parent_state, on_missing)
+        inputs = resolve_value(step.input, parent_state, on_missing, where=f"step {step.id!r} input")
         return initial_state(self.workflow.state, inputs)
 
     def state_for(

@@ -92,8 +92,12 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         if not step.prompt:
             raise StepError(f"{step.type} step {step.id!r} has no prompt")
         self.rendered_prompts = (
-            render_template(step.prompt, state, self.warn_missing),
-            render_template(step.system_prompt, state, self.warn_missing) if step.system_prompt else None,
+            render_template(step.prompt, state, self.warn_missing, where=f"step {step.id!r} prompt"),
+            render_template(
+                step.system_prompt, state, self.warn_missing, where=f"step {step.id!r} system_prompt"
+            )
+            if step.system_prompt
+            else None,
         )
         self.show_rendered(prompt=self.rendered_prompts[0], system_prompt=self.rendered_prompts[1])
         self.base_dir = self.run_context.resolve_working_dir(context["run_id"])
@@ -255,7 +259,9 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         return await resolve_attachments(
             step.attachments,
             sandbox=sandbox,
-            render=lambda text: render_template(text, state, self.warn_missing),
+            render=lambda text: render_template(
+                text, state, self.warn_missing, where=f"step {step.id!r} attachment source"
+            ),
         )
 
     def streams(self) -> bool:

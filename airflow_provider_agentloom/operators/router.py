@@ -25,6 +25,10 @@ task that is cleared and re-run later stays skipped (Airflow's ``NotPreviouslySk
 
 A router that matches nothing and has no default fails at once (``NoRouteError`` is not retryable:
 the same state always gives the same answer), a deliberate deviation from upstream, which retries.
+So does anything else that fails while the router evaluates, logs, shows or records its choice
+(:func:`_never_retried`): that work reads only the state, so another attempt would fail the same
+way. Values are shown shortened everywhere (``workflow.routing.shown_value``): an int of
+thousands of digits, which Python refuses to turn into text, shows as ``int of 6,021 digits: 398…``.
 
 Rendered Templates show each condition with the value it had (``not evaluated`` after the first
 that matched) and the target ``chosen``.
@@ -32,11 +36,13 @@ that matched) and the target ``chosen``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk.bases.skipmixin import SkipMixin
 
+from airflow_provider_agentloom.exceptions import AgentLoomError, ExpressionError
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome
 from airflow_provider_agentloom.workflow.models import RouterStep
 from airflow_provider_agentloom.workflow.routing import (
@@ -85,12 +91,33 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
         return output
 
     def render_step(self, context: Context, state: dict[str, Any]) -> None:
-        self.decision = self.choose(state)
+        with self._never_retried():
+            self.decision = self.choose(state)
 
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
         decision = self.decision
-        not_chosen = self.children_not_chosen(decision.target)
-        return StepOutcome(output=decision.target, extra=_decision_meta(decision, not_chosen))
+        with self._never_retried():
+            not_chosen = self.children_not_chosen(decision.target)
+            return StepOutcome(output=decision.target, extra=_decision_meta(decision, not_chosen))
+
+    @contextlib.contextmanager
+    def _never_retried(self) -> Iterator[None]:
+        """Make whatever the router's own work raises a non-retryable error naming the router.
+
+        Its errors are already (``ExpressionError``, ``NoRouteError``); this catches the rest, such
+        as a value Python cannot turn into text, which would otherwise be an unexpected error,
+        retried though the same state fails the same way.
+        """
+        try:
+            yield
+        except AgentLoomError as exc:
+            if exc.retryable:
+                raise ExpressionError(str(exc), retryable=False) from exc
+            raise
+        except Exception as exc:
+            raise ExpressionError(
+                f"router {self.step.id!r} failed: {type(exc).__name__}: {exc}", retryable=False
+            ) from exc
 
     def choose(self, state: Mapping[str, Any]) -> RouteDecision:
         """Evaluate the conditions in order on ``state`` (its ``steps`` entries too), logging each value."""

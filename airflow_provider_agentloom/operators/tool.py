@@ -60,7 +60,9 @@ class ToolStepOperator(AgentLoomStepOperator[ToolStep]):
     def render_step(self, context: Context, state: dict[str, Any]) -> None:
         if not self.step.tool_name:
             raise StepError(f"tool step {self.step.id!r} has no tool_name")
-        self.arguments = resolve_value(self.step.tool_args, state, self.warn_missing)
+        self.arguments = resolve_value(
+            self.step.tool_args, state, self.warn_missing, where=f"step {self.step.id!r} tool_args"
+        )
         self.show_rendered(tool_args=self.arguments)
 
     def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:

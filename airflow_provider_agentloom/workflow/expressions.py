@@ -103,11 +103,15 @@ class ExpressionReads:
     or ``'x' in state``; ``step_ids`` the ids read as ``steps.<id>``, ``steps['id']`` or
     ``state.steps.<id>``. ``whole_state`` is True when ``state`` or ``steps`` is used as a whole
     (``len(state)``, ``state.keys()``, ``steps``), so every earlier write may matter.
+    ``checked_state_keys`` and ``checked_step_ids`` are those read *only* as ``.get('x')`` or
+    ``'x' in ...``, forms that expect the key may be missing (``validate`` does not warn about them).
     """
 
     state_keys: frozenset[str]
     step_ids: frozenset[str]
     whole_state: bool
+    checked_state_keys: frozenset[str] = frozenset()
+    checked_step_ids: frozenset[str] = frozenset()
 
 
 class _Scope:
@@ -206,8 +210,13 @@ def compile_expression(text: str) -> CompiledExpression:
         ) from None
     compiler = _Compiler(source)
     fn = compiler.compile(tree.body)
+    checked = compiler.checked - compiler.plain
     reads = ExpressionReads(
-        frozenset(compiler.state_keys), frozenset(compiler.step_ids), compiler.whole_state
+        frozenset(compiler.state_keys),
+        frozenset(compiler.step_ids),
+        compiler.whole_state,
+        frozenset(key for root, key in checked if root == "state"),
+        frozenset(key for root, key in checked if root == "steps"),
     )
     return CompiledExpression(source, fn, reads)
 
@@ -274,6 +283,9 @@ class _Compiler(ast.NodeVisitor):
         self.state_keys: set[str] = set()
         self.step_ids: set[str] = set()
         self.whole_state = False
+        # (root, key) read as .get('key') or 'key' in root, and read any other way
+        self.checked: set[tuple[str, str]] = set()
+        self.plain: set[tuple[str, str]] = set()
 
     def refuse(self, node: ast.AST, what: str) -> ExpressionError:
         """The error to raise for a refused ``node``: the expression, what is wrong, and where."""
@@ -412,7 +424,7 @@ class _Compiler(ast.NodeVisitor):
         key = _str_key(node.left)
         single_membership = len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn))
         if root is not None and key is not None and single_membership:
-            self._record(root, key)
+            self._record(root, key, checked=True)
             return _root_fn(root)
         return self.compile(right)
 
@@ -486,7 +498,7 @@ class _Compiler(ast.NodeVisitor):
             entry, shown = self.compile(base), self.shown(base)
             return lambda scope: _entry_field(entry(scope), key, shown)
         if _is_state_steps(base):
-            self.step_ids.add(key)  # state.steps.<id> reads that step, as upstream's state holds steps
+            self._record("steps", key)  # state.steps.<id> reads that step, as upstream's state holds steps
             return lambda scope: _field(scope.state.get("steps"), key, "state.steps")
         return None
 
@@ -496,8 +508,9 @@ class _Compiler(ast.NodeVisitor):
         if name in _BLOCKED_ATTRIBUTES:
             raise self.refuse(node, f"the attribute '{name}' is not allowed")
 
-    def _record(self, root: str, key: str) -> None:
+    def _record(self, root: str, key: str, *, checked: bool = False) -> None:
         (self.state_keys if root == "state" else self.step_ids).add(key)
+        (self.checked if checked else self.plain).add((root, key))
 
     # -- calls -----------------------------------------------------------------------------------
 
@@ -554,7 +567,7 @@ class _Compiler(ast.NodeVisitor):
         root = _root(func.value)
         key = _str_key(node.args[0]) if node.args else None
         if root is not None and name == "get" and key is not None:
-            self._record(root, key)  # state.get('x') reads only x
+            self._record(root, key, checked=True)  # state.get('x') reads only x
             receiver = _root_fn(root)
         else:
             receiver = self.compile(func.value)

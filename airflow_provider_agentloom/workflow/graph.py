@@ -13,21 +13,13 @@ from dataclasses import dataclass, field
 
 from airflow_provider_agentloom.exceptions import closest
 from airflow_provider_agentloom.workflow.models import (
-    AgentStep,
-    ApprovalGateStep,
-    LLMCallStep,
     RouterStep,
     StepModel,
     SubworkflowStep,
-    ToolStep,
     Workflow,
 )
-from airflow_provider_agentloom.workflow.templates import (
-    WHOLE_VALUE_RE,
-    find_placeholders,
-    iter_strings,
-    parse_path,
-)
+from airflow_provider_agentloom.workflow.step_templates import step_templates
+from airflow_provider_agentloom.workflow.templates import WHOLE_VALUE_RE, find_placeholders, parse_path
 
 
 @dataclass(frozen=True)
@@ -124,14 +116,13 @@ class _ReadCollector:
             else:
                 self.path(placeholder.parts)
 
-    def arguments(self, value: object) -> None:
-        """Strings at any depth: a whole-value ``state.x`` or a template."""
-        for text in iter_strings(value):
-            whole_value = WHOLE_VALUE_RE.fullmatch(text)
-            if whole_value is not None:
-                self.path(parse_path(whole_value.group(1)))
-            else:
-                self.template(text)
+    def argument(self, text: str) -> None:
+        """A ``tool_args`` or ``input`` string: a whole-value ``state.x`` or a template."""
+        whole_value = WHOLE_VALUE_RE.fullmatch(text)
+        if whole_value is not None:
+            self.path(parse_path(whole_value.group(1)))
+        else:
+            self.template(text)
 
     def path(self, parts: list[str | int]) -> None:
         if len(parts) > 1 and parts[0] == "steps":
@@ -151,24 +142,16 @@ class _ReadCollector:
 def step_reads(step: StepModel, known_keys: frozenset[str]) -> StepReads:
     """Work out what ``step`` reads from the state."""
     reads = _ReadCollector(known_keys)
-    if isinstance(step, ToolStep):
-        reads.arguments(step.tool_args)
-    elif isinstance(step, (LLMCallStep, AgentStep)):
-        reads.template(step.prompt)
-        reads.template(step.system_prompt)
-        if isinstance(step, LLMCallStep):
-            for attachment in step.attachments:
-                reads.template(attachment.source)
-    elif isinstance(step, RouterStep):
+    for template in step_templates(step):
+        if template.argument:
+            reads.argument(template.text)
+        else:
+            reads.template(template.text)
+    if isinstance(step, RouterStep):
         for condition in step.conditions:
             reads.expression(condition.expression)
-    elif isinstance(step, SubworkflowStep):
-        if step.isolated_state:
-            reads.arguments(step.input)
-        else:
-            reads.whole = True
-    elif isinstance(step, ApprovalGateStep) and step.notify:
-        reads.template(step.notify.body_template)
+    elif isinstance(step, SubworkflowStep) and not step.isolated_state:
+        reads.whole = True
     return StepReads(frozenset(reads.keys), frozenset(reads.ids), reads.whole)
 
 

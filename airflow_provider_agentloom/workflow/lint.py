@@ -1,30 +1,35 @@
 """What ``agentloom validate`` reports beyond errors: run-time failures it can foresee and added edges.
 
 The seed page says some problems fail only when the run reaches the step (a tool step without
-``tool_name``, broken braces in a template): the file still loads, and these warnings say so.
+``tool_name``): the file still loads, and these warnings say so. So does a template or router
+expression that reads a key nothing provides (``{state.txet}``): it renders empty, or reads None,
+and the run goes on with it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from airflow_provider_agentloom.exceptions import ValidationIssue
+from airflow_provider_agentloom.exceptions import ValidationIssue, closest
+from airflow_provider_agentloom.workflow.expressions import compile_expression
 from airflow_provider_agentloom.workflow.graph import StepGraph, output_key
 from airflow_provider_agentloom.workflow.models import (
-    AgentStep,
     ApprovalGateStep,
     LLMCallStep,
     RouterStep,
+    StepModel,
     SubworkflowStep,
     ToolStep,
     Workflow,
 )
-from airflow_provider_agentloom.workflow.source import child_place, source_map_of
+from airflow_provider_agentloom.workflow.source import Loc, SourceMap, child_place, source_map_of
+from airflow_provider_agentloom.workflow.state import STEPS_KEY
+from airflow_provider_agentloom.workflow.step_templates import WEBHOOK_NAMES, StepTemplate, step_templates
 from airflow_provider_agentloom.workflow.templates import (
     WHOLE_VALUE_RE,
-    check_template,
+    PathPart,
     find_placeholders,
-    iter_strings,
     parse_path,
 )
 
@@ -59,14 +64,6 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
                 ("steps", i),
                 f"llm_call step {step.id!r} has no prompt: it fails when the run reaches it",
             )
-        for field, text in _templates(step):
-            problem = check_template(text)
-            if problem is not None:
-                add(
-                    "warning",
-                    ("steps", i, field),
-                    f"{problem}; step {step.id!r} fails when the run reaches it",
-                )
         for loc, message in _targets_not_children(step, graph):
             add("warning", ("steps", i, *loc), message)
     for edge in graph.implicit_edges:
@@ -85,6 +82,7 @@ def lint_workflow(workflow: Workflow, graph: StepGraph) -> list[Finding]:
             f"step {reader!r} reads {key}, which {writer!r} writes in the same or a later layer: "
             f"{reader!r} will not see that value (add depends_on: [{writer}] if it should)",
         )
+    findings += unknown_reads(workflow)
     findings += _outlets_per_final_step(workflow, graph)
     findings += _child_airflow_keys(workflow, workflow, ())
     findings += _input_in_commands(workflow, workflow, workflow, (), sandboxed=False)
@@ -129,7 +127,7 @@ def _child_airflow_keys(workflow: Workflow, owner: Workflow, loc: tuple[str | in
         where, base = child_place(step, owner, (*loc, "steps", i))
         for key in sorted(child.config.airflow.model_fields_set - CHILD_AIRFLOW_KEYS):
             message = (
-                f"subworkflow {step.id!r}: its child's config.airflow.{key} has no effect (only the root "
+                f"subworkflow {step.id!r}: a child's config.airflow.{key} has no effect (only the root "
                 f"workflow's applies)"
             )
             found.append(
@@ -203,18 +201,146 @@ def _targets_not_children(step: object, graph: StepGraph) -> list[tuple[tuple[st
     ]
 
 
-def _templates(step: object) -> list[tuple[str, str]]:
-    if isinstance(step, ToolStep):
-        return [("tool_args", text) for text in iter_strings(step.tool_args)]
-    if isinstance(step, (LLMCallStep, AgentStep)):
-        return [
-            (name, text)
-            for name, text in (("prompt", step.prompt), ("system_prompt", step.system_prompt))
-            if text
-        ]
-    if isinstance(step, ApprovalGateStep) and step.notify and step.notify.body_template:
-        return [("notify", step.notify.body_template)]
-    return []
+@dataclass(frozen=True)
+class _Scope:
+    """What the steps of one workflow can read.
+
+    :param keys: top-level state keys something provides: ``state``, a param, a step's ``output``.
+    :param step_ids: the ids ``steps.<id>`` may name.
+    :param ignored: a non-isolated child's own ``state:`` keys that its parent lacks (the run ignores
+        that block).
+    :param extra_conf: the root's ``allow_extra_conf``: a run's conf may add any key.
+    """
+
+    keys: frozenset[str]
+    step_ids: frozenset[str]
+    ignored: frozenset[str] = frozenset()
+    extra_conf: bool = False
+
+
+def _written(workflow: Workflow) -> tuple[set[str], set[str]]:
+    """The top-level keys ``workflow``'s steps write, and its step ids."""
+    outputs = {key for key in (output_key(step) for step in workflow.steps) if key}
+    return outputs, {step.id for step in workflow.steps}
+
+
+def _root_scope(workflow: Workflow) -> _Scope:
+    outputs, ids = _written(workflow)
+    keys = {*workflow.state, *workflow.config.airflow.params, *outputs, STEPS_KEY}
+    return _Scope(frozenset(keys), frozenset(ids), extra_conf=workflow.config.airflow.allow_extra_conf)
+
+
+def _child_scope(step: SubworkflowStep, outer: _Scope) -> _Scope:
+    """An isolated child starts from its own state plus ``input``; any other from the parent's state."""
+    child = step.child
+    outputs, ids = _written(child)
+    if step.isolated_state:
+        return _Scope(frozenset({*child.state, *step.input, *outputs, STEPS_KEY}), frozenset(ids))
+    seen = outer.keys | outputs
+    return _Scope(seen, outer.step_ids | ids, frozenset(child.state) - seen, outer.extra_conf)
+
+
+def unknown_reads(workflow: Workflow) -> list[Finding]:
+    """A warning for each template or router expression that reads a key or step nothing provides.
+
+    Subworkflows are read in their own scope (see :func:`_child_scope`), each finding at its line
+    in the file that holds it. Only the first key of a path is checked: ``state.order.id`` with a
+    known ``order`` is fine, since the shape of ``order``'s value is not known before the run.
+    """
+    return list(_scope_reads(workflow, _root_scope(workflow), workflow, ()))
+
+
+def _scope_reads(workflow: Workflow, scope: _Scope, place: Workflow, prefix: Loc) -> Iterator[Finding]:
+    """The findings of ``workflow``'s steps; ``place`` is the workflow whose file holds them at ``prefix``."""
+    where = source_map_of(place)
+    for index, step in enumerate(workflow.steps):
+        loc = (*prefix, "steps", index)
+        names = scope.keys | WEBHOOK_NAMES if isinstance(step, ApprovalGateStep) else scope.keys
+        for template in step_templates(step):
+            seen: set[tuple[str, str]] = set()
+            for root, parts, shown, offset in _template_reads(template, names):
+                found = _unknown(root, parts, names, scope)
+                if found is None or found[:2] in seen:
+                    continue
+                seen.add(found[:2])
+                consequence = "the step fails at once" if offset is None else "it renders as an empty string"
+                message, suggestion = _describe(step, shown, found, consequence, scope)
+                yield Finding("warning", where.issue((*loc, *template.loc), message, suggestion, offset))
+        if isinstance(step, RouterStep):
+            for position, condition in enumerate(step.conditions):
+                yield from _expression_reads(step, position, condition.expression, scope, where, loc)
+        if isinstance(step, SubworkflowStep):
+            owner, child_prefix = child_place(step, place, loc)
+            yield from _scope_reads(step.child, _child_scope(step, scope), owner, child_prefix)
+
+
+def _template_reads(
+    template: StepTemplate, names: frozenset[str]
+) -> Iterator[tuple[str, list[PathPart], str, int | None]]:
+    """``(root, path, text as written, offset or None for a whole-value argument)`` of each read."""
+    whole = WHOLE_VALUE_RE.fullmatch(template.text) if template.argument else None
+    if whole is not None:
+        yield "state", parse_path(whole.group(1)), template.text, None
+        return
+    for placeholder in find_placeholders(template.text, names.__contains__):
+        if placeholder.root != "flat":  # a flat {key} is a placeholder only for a known key
+            shown = template.text[placeholder.start : placeholder.end]
+            yield placeholder.root, placeholder.parts, shown, placeholder.start
+
+
+def _expression_reads(
+    step: RouterStep, position: int, expression: str, scope: _Scope, where: SourceMap, loc: Loc
+) -> Iterator[Finding]:
+    reads = compile_expression(expression).reads
+    # state.get('x') and 'x' in state expect that x may be missing: only the other reads are checked.
+    checks = [("state", key) for key in sorted(reads.state_keys - reads.checked_state_keys)]
+    checks += [("steps", step_id) for step_id in sorted(reads.step_ids - reads.checked_step_ids)]
+    for root, name in checks:
+        found = _unknown(root, [name], scope.keys, scope)
+        if found is not None:
+            message, hint = _describe(step, f"{root}.{name}", found, "it reads as None", scope)
+            yield Finding("warning", where.issue((*loc, "conditions", position, "expression"), message, hint))
+
+
+def _unknown(
+    root: str, parts: list[PathPart], names: frozenset[str], scope: _Scope
+) -> tuple[str, str, str | None] | None:
+    """``("key" or "step", name, closest known)`` when the read's first name is unknown, else None."""
+    if root == "state" and parts and parts[0] == STEPS_KEY:  # state.steps.<id>: upstream's form
+        root, parts = "steps", parts[1:]
+    if not parts:
+        return None
+    name = str(parts[0])
+    if root == "steps":
+        if name in scope.step_ids:
+            return None
+        return "step", name, closest(name, sorted(scope.step_ids))
+    if name in names:
+        return None
+    return "key", name, closest(name, sorted(names - {STEPS_KEY}))
+
+
+def _describe(
+    step: StepModel,
+    shown: str,
+    found: tuple[str, str, str | None],
+    consequence: str,
+    scope: _Scope,
+) -> tuple[str, str | None]:
+    """The warning's message and its "did you mean" suggestion."""
+    kind, name, suggestion = found
+    if kind == "step":
+        return f"step {step.id!r} reads {shown}, but there is no step {name!r}: {consequence}", suggestion
+    if name in scope.ignored:
+        why = (
+            f"{name!r} is only in this subworkflow's own state, which the run ignores (a subworkflow "
+            "without isolated_state starts from a copy of its parent's state)"
+        )
+    else:
+        why = f"no state key, param or step output is called {name!r}"
+    if scope.extra_conf:
+        consequence += " unless the run's conf sets it (allow_extra_conf is on)"
+    return f"step {step.id!r} reads {shown}, but {why}: {consequence}", suggestion
 
 
 MAX_COLLISIONS = 100

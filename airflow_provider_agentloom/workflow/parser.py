@@ -49,6 +49,8 @@ from airflow_provider_agentloom.workflow.models import (
 )
 from airflow_provider_agentloom.workflow.source import Loc, SourceMap, format_loc
 from airflow_provider_agentloom.workflow.state import state_formats, to_json_data
+from airflow_provider_agentloom.workflow.step_templates import step_templates
+from airflow_provider_agentloom.workflow.templates import check_template
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -301,6 +303,7 @@ class _Validator:
             workflow._source_map = self.source_map  # composed at most once, shared by later checks
         issues = self._json_values(workflow, prefix)
         issues += self._check_expressions(workflow, prefix)
+        issues += self._check_templates(workflow, prefix)
         issues += self._resolve_subworkflows(workflow, data, prefix)
         if issues:
             raise WorkflowValidationError(issues)
@@ -398,6 +401,22 @@ class _Validator:
                     except ExpressionError as exc:
                         loc = (*prefix, "steps", index, "conditions", pos, "expression")
                         issues.append(self.issue(loc, str(exc)))
+        return issues
+
+    def _check_templates(self, workflow: Workflow, prefix: Loc) -> list[ValidationIssue]:
+        """Refuse a template no run could render: broken braces, or a format spec too wide.
+
+        Upstream (and the spec page) let such a file load and retry the step at run time, though
+        no attempt can succeed; the file is refused here instead, at the template's line.
+        """
+        issues = []
+        for index, step in enumerate(workflow.steps):
+            for template in step_templates(step):
+                found = check_template(template.text)
+                if found is not None:
+                    offset, problem = found
+                    loc = (*prefix, "steps", index, *template.loc)
+                    issues.append(self.source_map.issue(loc, f"step {step.id!r}: {problem}", offset=offset))
         return issues
 
     def _resolve_subworkflows(

@@ -8,6 +8,7 @@ skips. Every failure is a non-retryable :class:`~airflow_provider_agentloom.exce
 from __future__ import annotations
 
 import functools
+import math
 import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,9 +18,49 @@ from airflow_provider_agentloom.exceptions import ExpressionError, NoRouteError
 from airflow_provider_agentloom.workflow.expressions import CompiledExpression, compile_expression
 from airflow_provider_agentloom.workflow.models import RouterStep
 
-__all__ = ["NoRouteError", "RouteDecision", "choose_route", "describe_values", "shown_value"]
+__all__ = ["NoRouteError", "RouteDecision", "choose_route", "describe_values", "shown_int", "shown_value"]
 
-_shown_value = reprlib.Repr()  # keyword arguments arrive only in Python 3.12
+INT_DIGITS_SHOWN = 40
+"""The longest int shown whole; a longer one shows its length and first digits (:func:`shown_value`)."""
+
+_HEAD_DIGITS = 12
+_EXACT_BITS = 1_000_000
+"""Past this many bits (~301,000 digits) an int's length is estimated and its head not computed:
+the division that finds the head digits grows quadratically."""
+
+
+def shown_int(value: int) -> str:
+    """An int as messages show it: whole up to :data:`INT_DIGITS_SHOWN` digits, else its length and
+    head, ``int of 6,021 digits: 398027684033…``.
+
+    Never ``str()`` of a long int: Python refuses one past 4,300 digits (``ValueError``), and a
+    condition such as ``int(state.bits, 2)`` builds one from a 20,000-character string.
+    """
+    size = value.bit_length()
+    if size <= 3 * INT_DIGITS_SHOWN:  # 8 ** n < 10 ** n: at most INT_DIGITS_SHOWN digits
+        return repr(value)
+    magnitude = abs(value)
+    digits = int(math.log10(magnitude)) + 1  # log10 takes an int of any size
+    if size > _EXACT_BITS:
+        return f"int of about {digits:,} digits"
+    if magnitude >= 10**digits:  # the float log10 may be off by one next to a power of ten
+        digits += 1
+    elif magnitude < 10 ** (digits - 1):
+        digits -= 1
+    if digits <= INT_DIGITS_SHOWN:
+        return repr(value)
+    head = magnitude // 10 ** (digits - _HEAD_DIGITS)
+    return f"int of {digits:,} digits: {'-' if value < 0 else ''}{head}…"
+
+
+class _ShownValue(reprlib.Repr):
+    """``reprlib``'s shortening, with long ints shown by :func:`shown_int` at any depth."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        return shown_int(x)
+
+
+_shown_value = _ShownValue()  # keyword arguments arrive only in Python 3.12
 _shown_value.maxstring = _shown_value.maxother = 80
 _shown_value.maxlist = _shown_value.maxdict = _shown_value.maxtuple = _shown_value.maxset = 8
 
@@ -49,7 +90,8 @@ def describe_values(values: list[tuple[str, Any]]) -> str:
 
 
 def shown_value(value: Any) -> str:
-    """A condition's value, shortened, for messages, logs and the UI."""
+    """A condition's value, shortened, for messages, logs, the UI and the step metadata: a long
+    string, list or mapping is cut, a long int shows its length and head (:func:`shown_int`)."""
     return _shown_value.repr(value)
 
 

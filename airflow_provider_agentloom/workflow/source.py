@@ -44,8 +44,13 @@ class SourceMap:
         self._root: yaml.Node | None = None
         self._broken = False
 
-    def line_of(self, loc: Loc) -> int | None:
-        """The line of the deepest key of ``loc`` that exists in the file (None when unknown)."""
+    def line_of(self, loc: Loc, offset: int | None = None) -> int | None:
+        """The line of the deepest key of ``loc`` that exists in the file (None when unknown).
+
+        ``offset``: a position in the string at ``loc``; in a literal block (``|``), whose lines
+        are the string's lines, the line of that position. Other styles fold or escape their
+        line breaks, so they keep the key's line.
+        """
         if self.text is None or self._broken:
             return None
         if self._root is None:
@@ -60,18 +65,24 @@ class SourceMap:
             if isinstance(node, yaml.MappingNode):
                 match = next((kv for kv in node.value if kv[0].value == str(part)), None)
                 if match is None:
-                    break
+                    return line
                 line, node = match[0].start_mark.line + 1, match[1]
             elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
                 node = node.value[part]
                 line = node.start_mark.line + 1
             else:
-                break
+                return line
+        if offset is not None and isinstance(node, yaml.ScalarNode) and node.style == "|":
+            # The block's text starts on the line after its indicator.
+            text: str = node.value
+            return int(node.start_mark.line) + 2 + text.count("\n", 0, offset)
         return line
 
-    def issue(self, loc: Loc, message: str, suggestion: str | None = None) -> ValidationIssue:
-        """An issue at ``loc``, with its file, line and key path."""
-        return ValidationIssue(self.source, self.line_of(loc), format_loc(loc), message, suggestion)
+    def issue(
+        self, loc: Loc, message: str, suggestion: str | None = None, offset: int | None = None
+    ) -> ValidationIssue:
+        """An issue at ``loc`` (``offset``: a position in its string), with its file, line and key path."""
+        return ValidationIssue(self.source, self.line_of(loc, offset), format_loc(loc), message, suggestion)
 
 
 def source_map_of(workflow: Workflow) -> SourceMap:

@@ -111,8 +111,8 @@ def test_validate_warns_about_a_childs_airflow_keys_that_do_nothing(tmp_path: Pa
     proc = run_cli("validate", "parent.yaml", cwd=tmp_path, env=cli_env(tmp_path / "home"))
     assert proc.returncode == 0, proc.stderr
     assert (
-        "warning: line 11: subworkflow 'sub': its child's config.airflow.working_dir has no effect "
-        "(only the root workflow's applies)"
+        "warning: line 11: steps[0].workflow_inline.config.airflow.working_dir: subworkflow 'sub': a "
+        "child's config.airflow.working_dir has no effect (only the root workflow's applies)"
     ) in proc.stdout
 
 

@@ -606,7 +606,27 @@ READS: list[tuple[str, set[str], set[str], bool]] = [
 @pytest.mark.parametrize(("expression", "state_keys", "step_ids", "whole_state"), READS)
 def test_reads(expression: str, state_keys: set[str], step_ids: set[str], whole_state: bool) -> None:
     reads = compile_expression(expression).reads
-    assert reads == ExpressionReads(frozenset(state_keys), frozenset(step_ids), whole_state)
+    assert (reads.state_keys, reads.step_ids, reads.whole_state) == (state_keys, step_ids, whole_state)
+    assert isinstance(reads, ExpressionReads)
+
+
+# (expression, keys read only as .get('k') or 'k' in state, ids read only so): validate does not
+# warn when such a key is missing, since the expression expects it may be.
+CHECKED_READS: list[tuple[str, set[str], set[str]]] = [
+    ("state.get('x') or state.get('y', state.z)", {"x", "y"}, set()),
+    ("'approved' in state", {"approved"}, set()),
+    ("'approved' not in steps", set(), {"approved"}),
+    ("steps.get('a') and steps.b", set(), {"a"}),
+    ("state.get('x') and state.x > 1", set(), set()),  # read plainly too: checked
+    ("'a' in state and 'b' in state.c", {"a"}, set()),
+    ("state.x == 1", set(), set()),
+]
+
+
+@pytest.mark.parametrize(("expression", "state_keys", "step_ids"), CHECKED_READS)
+def test_reads_that_expect_a_missing_key(expression: str, state_keys: set[str], step_ids: set[str]) -> None:
+    reads = compile_expression(expression).reads
+    assert (reads.checked_state_keys, reads.checked_step_ids) == (state_keys, step_ids)
 
 
 def test_reads_is_frozen() -> None:

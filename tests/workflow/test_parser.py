@@ -115,7 +115,6 @@ def test_run_time_failures_still_load_and_validate_warns(tmp_path: Path) -> None
     path.write_text(
         "name: late\nsteps:\n"
         "  - {id: no_name, type: tool}\n"
-        "  - {id: braces, type: tool, tool_name: x, tool_args: {a: '{state.x'}}\n"
         "  - {id: unknown_tool, type: tool, tool_name: not_registered_anywhere}\n"
     )
     workflow = load_workflow(path)
@@ -123,8 +122,72 @@ def test_run_time_failures_still_load_and_validate_warns(tmp_path: Path) -> None
     proc = agentloom("validate", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "'no_name' has no tool_name" in proc.stdout
-    assert "broken braces" in proc.stdout
     assert "not_registered_anywhere" not in proc.stdout  # validate doesn't look tools up
+
+
+# (template, the line it is on, the key path, the words of the message): a template no run can
+# render is refused when the file loads, at its line, instead of failing each attempt of its step.
+UNRENDERABLE = """name: unrenderable
+state: {x: 1}
+steps:
+  - {id: args, type: tool, tool_name: t, tool_args: {deep: [ok, {command: "echo {state.x"}]}}
+  - id: ask
+    type: llm_call
+    system_prompt: "{steps.}"
+    prompt: |
+      first line {"literal": "json"} and {0} and a } b {
+      second {state.x:😀>100000000}
+    attachments: [{source: "{state.x:.99999}"}]
+  - {id: gate, type: approval_gate, notify: {url: "http://127.0.0.1:1/", body_template: "{state.a b}"}}
+  - {id: iso, type: subworkflow, isolated_state: true, input: {v: "{steps.a.output"}, workflow_path: child.yaml}
+"""
+CHILD = "name: child\nsteps:\n  - {id: c, type: llm_call, prompt: 'hi {state.x:>99999999999999999999999999999999999999}'}\n"
+UNRENDERABLE_ISSUES = [
+    (4, "steps[0].tool_args.deep[1].command", "step 'args': broken braces in template: unterminated "
+     "placeholder '{state.x' (expected '}' after the path; write {{ for a literal brace)"),
+    (7, "steps[1].system_prompt", "step 'ask': broken braces in template: unterminated placeholder "
+     "'{steps.}' (expected a key path; write {{ for a literal brace)"),
+    (10, "steps[1].prompt", "step 'ask': {state.x:😀>100000000} asks for a width of 100,000,000: "
+     "a format spec may ask for at most 10,000"),  # the line of the placeholder in the block
+    (11, "steps[1].attachments[0].source", "step 'ask': {state.x:.99999} asks for a precision of 99,999"),
+    (12, "steps[2].notify.body_template", "step 'gate': broken braces in template: unterminated "
+     "placeholder '{state.a b}' (expected '}' after the path"),
+    (13, "steps[3].input.v", "step 'iso': broken braces in template: unterminated placeholder '{steps.a.output'"),
+]  # fmt: skip
+
+
+def test_a_template_no_run_can_render_is_refused_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "flow.yaml"
+    path.write_text(UNRENDERABLE, encoding="utf-8")
+    (tmp_path / "child.yaml").write_text(CHILD, encoding="utf-8")
+    with pytest.raises(WorkflowValidationError) as caught:
+        load_workflow(path)
+    found = sorted((i.line, i.key_path, i.message) for i in caught.value.issues if i.file == str(path))
+    assert len(found) == len(UNRENDERABLE_ISSUES)
+    for (line, key, message), expected in zip(found, UNRENDERABLE_ISSUES, strict=True):
+        assert (line, key) == expected[:2]
+        assert message.startswith(expected[2]), message
+    (child_issue,) = [i for i in caught.value.issues if i.file != str(path)]
+    assert (child_issue.file, child_issue.line, child_issue.key_path) == (
+        str(tmp_path / "child.yaml"), 3, "steps[0].prompt",
+    )  # fmt: skip
+    assert "asks for a width of a number of 38 digits" in child_issue.message
+    # validate refuses the file (exit 1) with the same lines, as the dags-folder loader does
+    proc = agentloom("validate", str(path))
+    assert proc.returncode == 1
+    assert f"{path}:4: steps[0].tool_args.deep[1].command: step 'args': broken braces" in proc.stderr
+    assert f"{path}:10: steps[1].prompt: step 'ask': {{state.x:😀>100000000}} asks for a width" in proc.stderr
+
+
+def test_literal_braces_and_a_legitimate_format_spec_load() -> None:
+    """Only an unclosed ``{state.`` or ``{steps.`` is broken: other brace text is literal (as example 13's
+    JSON ``content``), and a spec within the cap is fine."""
+    workflow = parse_workflow_text(
+        "name: fine\nstate: {x: 1}\nsteps:\n"
+        '  - {id: a, type: tool, tool_name: t, tool_args: {content: \'{"k": {"n": 1}} {x {} {0} a } b { {{state.x\'}}\n'
+        "  - {id: b, type: llm_call, prompt: '{state.x:>10} {state.x:0>10000} {state.x:.2f} {state.x:,}'}\n"
+    )
+    assert [step.id for step in workflow.steps] == ["a", "b"]
 
 
 def test_validate_reports_implicit_edges_and_unseen_same_layer_reads(
