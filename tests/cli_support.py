@@ -13,6 +13,10 @@ from typing import Any
 CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
 
 GUARD_DIR = Path(__file__).resolve().parent / "subprocess_guard"
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The checkout these tests belong to: a CLI process imports its package, as the test process does.
+Without it on ``PYTHONPATH`` a process started in a test's folder imports the copy the environment
+was installed from (an editable install's ``.pth``), which in a second worktree is another one."""
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 """The checkout these tests belong to: its package is the one a CLI process imports (an editable
@@ -38,7 +42,8 @@ def cli_env(home: Path | str, *python_path: Path, warm: bool = False, **extra: s
     """The environment of a CLI process: no Airflow, vendor or proxy settings of ours, loopback only.
 
     :param home: the runner's private Airflow home (``AGENTLOOM_HOME``).
-    :param python_path: folders put on ``PYTHONPATH`` (tool modules), before the network guard.
+    :param python_path: folders put on ``PYTHONPATH`` (tool modules), before this checkout and the
+        network guard.
     :param warm: run through the home's warm runner, as a user's ``agentloom run`` does; by
         default a test runs in the CLI's own process (``AGENTLOOM_NO_DAEMON``), so that what it
         checks of that process (signals, what it leaves behind) is about one command alone.

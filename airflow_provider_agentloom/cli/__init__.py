@@ -592,7 +592,11 @@ def _stop(args: argparse.Namespace) -> int:
     from airflow_provider_agentloom.runner.home import default_home
 
     home = Path(args.home).expanduser().resolve() if args.home else default_home()
-    reply = client.stop(home)
+    try:
+        reply = client.stop(home)
+    except client.RunnerNotTrusted as exc:
+        print(f"agentloom: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     if reply is None:
         print(f"No warm runner runs for {home}.")
     else:

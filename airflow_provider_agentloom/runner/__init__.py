@@ -59,9 +59,12 @@ def run_workflow(
         :class:`RunInterrupted` is raised, its result's error saying ``Run cancelled``.
     :param daemon: run in the home's warm runner (started on first use, see
         :mod:`.daemon`) rather than in this process. By default it does, unless
-        ``AGENTLOOM_NO_DAEMON=1`` or the arguments cannot be sent there (a tool defined inside a
-        function or in ``__main__``, a stream to another file descriptor): then it runs here.
-        The runner also serves a process whose Airflow is configured on another database.
+        ``AGENTLOOM_NO_DAEMON=1`` or the arguments cannot be sent there as JSON (a tool defined
+        inside a function or in ``__main__``, a gateway or sandbox object, a value JSON does not
+        hold exactly, a stream to another file descriptor): then it runs here. The runner also
+        serves a process whose Airflow is configured on another database. A runner folder or
+        socket that may be another user's raises ``RunnerNotTrusted`` (a ``RuntimeError``)
+        before anything is sent.
     :raises RunInterrupted: (a ``KeyboardInterrupt``) when Ctrl-C, SIGTERM or SIGHUP stopped
         the run: its steps' processes were killed, the DAG run was marked failed, and the
         exception's ``result`` is the failed run's result. A second signal raises a plain

@@ -103,7 +103,8 @@ class FunctionTool(BaseTool):
         """Pickle a decorated module-level function by name, as pickle does plain functions.
 
         ``@tool`` puts this object where the function's name was, so pickle's own lookup of the
-        function finds this tool instead; the warm runner receives a run's tools pickled.
+        function finds this tool instead. (The warm runner pickles nothing: it receives a tool
+        by its module and name as JSON, ``runner.daemon.shipping``.)
         """
         module_name = getattr(self.func, "__module__", "") or ""
         qualname = getattr(self.func, "__qualname__", "")

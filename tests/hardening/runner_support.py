@@ -8,12 +8,14 @@ import signal
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from cli_support import CLI, cli_env
-from process_support import kill_marked, new_marker
+from process_support import kill_marked, left_behind, new_marker
+
+from airflow_provider_agentloom.runner.daemon import client
 
 MARKER_VARIABLE = "AGENTLOOM_TEST_MARKER"
 
@@ -28,6 +30,14 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+def stop_and_check_nothing_left(home: Path, marker: str) -> None:
+    """Stop the home's warm runner; fail if a process with ``marker`` is left (after killing it)."""
+    client.stop(home)
+    left = left_behind(marker, 30)
+    kill_marked(marker)
+    assert left == [], "processes left behind:\n" + "\n".join(left)
 
 
 class CliRun:
@@ -46,13 +56,15 @@ class CliRun:
         marker: str | None = None,
         warm: bool = False,
         sweep: bool = True,
+        program: Sequence[str] = CLI,
         **extra: str,
     ) -> None:
+        """:param program: what runs ``args`` (a test's own client script instead of the CLI)."""
         self.sweep = sweep  # False: the test kills what carries the marker itself (a warm runner it shares)
         self.marker = marker or new_marker()
         env = cli_env(home, *python_path, warm=warm, **{MARKER_VARIABLE: self.marker, **extra})
         self.process = subprocess.Popen(
-            [*CLI, *args],
+            [*program, *args],
             cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 from cli_support import cli_env, python_json
-from process_support import is_gone, kill_marked, left_behind, new_marker, processes_with, wait_for_processes
-from runner_support import CliRun, run_states, wait_for
+from process_support import is_gone, left_behind, new_marker, processes_with, wait_for_processes
+from runner_support import CliRun, run_states, stop_and_check_nothing_left, wait_for
 
 from airflow_provider_agentloom.runner.daemon import client, protocol
 
@@ -75,13 +75,6 @@ def _client(command: list[str], cwd: Path, home: Path, marker: str) -> subproces
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
-def _stop_and_check_nothing_left(home: Path, marker: str) -> None:
-    client.stop(home)
-    left = left_behind(marker, 30)
-    kill_marked(marker)
-    assert left == [], "processes left behind:\n" + "\n".join(left)
-
-
 def test_two_first_runs_at_once_start_one_runner_which_the_next_run_reuses(tmp_path: Path) -> None:
     (tmp_path / "flow.yaml").write_text(TWO_STEPS)
     home, marker = tmp_path / "home", new_marker()
@@ -110,7 +103,7 @@ def test_two_first_runs_at_once_start_one_runner_which_the_next_run_reuses(tmp_p
         assert _status(home)["pid"] == runner
         assert protocol.peer_uid(socket.socketpair(socket.AF_UNIX)[0]) == os.getuid()
     finally:
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)
 
 
 def test_the_runner_imports_the_clients_package_whatever_folder_the_client_runs_in(tmp_path: Path) -> None:
@@ -127,7 +120,7 @@ def test_the_runner_imports_the_clients_package_whatever_folder_the_client_runs_
         assert json.loads(done.stdout)["status"] == "success"
         assert _starts(home) == 1  # one runner, never retired as another version
     finally:
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)
 
 
 CLIENT_OF_ANOTHER_COPY = """\
@@ -160,7 +153,7 @@ def test_a_runner_that_imports_another_copy_of_the_package_is_named_at_once(tmp_
         assert message.endswith("Run the command again, or with --no-daemon")
         assert _starts(home) == 1  # named at once, not started again and again
     finally:
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)
 
 
 def test_the_console_script_and_the_python_command_of_one_environment_share_the_runner(
@@ -184,7 +177,7 @@ def test_the_console_script_and_the_python_command_of_one_environment_share_the_
             assert done.stdout.strip().splitlines()[-1] == "success"
         assert _starts(home) == 1
     finally:
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)
 
 
 CLIENT_STARTING_IN = """\
@@ -211,7 +204,7 @@ def test_a_runner_started_in_site_packages_loads_each_plugin_once(tmp_path: Path
         said = done.stdout + done.stderr + (home / "runner" / "runner.log").read_text()
         assert "already registered" not in said, said[-3000:]
     finally:
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)
 
 
 def test_a_client_of_another_version_replaces_the_runner_which_then_stops_when_idle(tmp_path: Path) -> None:
@@ -245,10 +238,11 @@ def test_a_client_of_another_version_replaces_the_runner_which_then_stops_when_i
         wait_for(lambda: is_gone(new), 60, "the idle runner to stop")
         assert wait_for_processes(marker, present=False, seconds=30) == []  # its API server too
         assert not (home / "runner" / "runner.json").exists()
+        assert not (home / "runner" / protocol.SOCKET_NAME).exists()  # its socket file went with it
         assert "No run for 2 s: the runner stops" in (home / "runner" / "runner.log").read_text()
         assert client.connect(home) is None
     finally:
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)
 
 
 def test_ctrl_c_stops_a_warm_run_and_killing_the_runner_mid_run_fails_it_and_the_next_run_recovers(
@@ -303,7 +297,7 @@ def test_ctrl_c_stops_a_warm_run_and_killing_the_runner_mid_run_fails_it_and_the
             killed: "failed",
         }  # marked by the next run
     finally:
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)
 
 
 def _cmdline(pid: int) -> str:
@@ -331,7 +325,7 @@ def test_no_daemon_runs_in_the_calling_process_and_starts_no_runner(tmp_path: Pa
         assert client.connect(home) is None
         assert processes_with(marker) == []
     finally:
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)
 
 
 CALLER = """
@@ -406,7 +400,7 @@ def test_the_python_api_runs_in_the_runner_even_where_airflow_is_configured_else
         assert "defined in __main__" in (report["refused"] or "")
         assert _starts(home) == 1
     finally:
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)
 
 
 def test_a_runner_kept_warm_as_serve_keeps_it_has_no_idle_timeout_serves_the_cli_and_ends_with_serve(
@@ -439,4 +433,4 @@ def test_a_runner_kept_warm_as_serve_keeps_it_has_no_idle_timeout_serves_the_cli
     finally:
         serve.kill()
         serve.wait()
-        _stop_and_check_nothing_left(home, marker)
+        stop_and_check_nothing_left(home, marker)

@@ -3,6 +3,12 @@
 Standard library only, and nothing heavy imported: a warm ``agentloom run`` costs this module,
 one socket round trip and the run itself. The client stays in the foreground for the whole run:
 it forwards the signals it gets to its run process, and exits with the run's exit code.
+
+It sends its environment (keys, connection passwords), command line and terminal: before the
+first byte it checks that the socket is in this user's private runner folder and that the
+process serving it runs as this user (:func:`.protocol.check_server`). Anything else raises
+:class:`RunnerNotTrusted`, which the command reports as a failure (exit code 1): a run never
+"succeeds" through a process that is not ours.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from types import FrameType
 from typing import Any
 
 from airflow_provider_agentloom.runner.daemon import protocol
+from airflow_provider_agentloom.runner.daemon.protocol import RunnerNotTrusted, RunnerUnavailable
+
+__all__ = ["RunnerNotTrusted", "RunnerUnavailable", "connect", "ensure_running", "hand_over", "run_command"]
 
 _PACKAGE = Path(__file__).resolve().parents[2]
 """The ``airflow_provider_agentloom`` package this client runs."""
@@ -32,18 +41,27 @@ _START_SECONDS = 120.0  # the launcher returns once the runner holds its socket:
 _ATTEMPTS = 3
 
 
-class RunnerUnavailable(RuntimeError):
-    """Raised when the home's runner cannot be started or ended before answering."""
-
-
 def connect(home: Path) -> socket.socket | None:
-    """A connection to the home's runner, or None when none runs."""
+    """A connection to the home's runner, checked to be this user's; None when none runs.
+
+    :raises RunnerNotTrusted: when the runner's folder, socket or serving process may be another
+        user's (nothing was sent).
+    """
+    folder_fd = protocol.open_folder(home, create=False)
+    if folder_fd is None:
+        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(protocol.address(home))
-    except (ConnectionRefusedError, FileNotFoundError):
+        sock.connect(protocol.socket_path(folder_fd))
+        protocol.check_server(sock, folder_fd, protocol.runner_folder(home))
+    except (ConnectionRefusedError, FileNotFoundError):  # none runs, or a killed one's socket file
         sock.close()
         return None
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.close(folder_fd)
     return sock
 
 
@@ -111,10 +129,7 @@ def _connect_or_start(home: Path) -> tuple[socket.socket, bool]:
     sock = connect(home)
     if sock is not None:
         return sock, False
-    folder = protocol.runner_folder(home)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "start.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two first runs: the second finds the first one's runner
+    with _starting(home):
         sock = connect(home)
         if sock is not None:
             return sock, False
@@ -138,16 +153,29 @@ def ensure_running(home: Path, *, idle_timeout: float | None = None, owner: int 
     if sock is not None:
         sock.close()
         return False
-    folder = protocol.runner_folder(home)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "start.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _starting(home):
         sock = connect(home)
         if sock is not None:
             sock.close()
             return False
         _launch(home, idle_timeout, owner)
     return True
+
+
+@contextlib.contextmanager
+def _starting(home: Path) -> Iterator[None]:
+    """Hold the home's start lock: of two first runs, the second finds the first one's runner."""
+    folder_fd = protocol.open_folder(home, create=True)
+    assert folder_fd is not None  # made when missing
+    try:
+        lock = protocol.open_private(folder_fd, "start.lock", os.O_RDWR)
+    finally:
+        os.close(folder_fd)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)
 
 
 def _launch(home: Path, idle_timeout: float | None = None, owner: int | None = None) -> None:

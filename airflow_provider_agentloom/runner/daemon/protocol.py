@@ -1,17 +1,26 @@
-"""What the warm runner and its clients share: the socket's name, the fingerprint, the messages.
+"""What the warm runner and its clients share: the socket, the fingerprint, the messages.
 
 Standard library only: the client side must start in milliseconds, without Airflow.
 
-- **Address.** A Linux abstract Unix socket named after the home and the user: it has no file
-  that could be left behind, and binding it is atomic, so it is also the "one runner per home"
-  lock. Only a peer of the same uid is served (``SO_PEERCRED``).
+- **Address.** A socket file, ``<home>/runner/runner.sock``, in a folder that is this user's
+  alone: made ``0700``, and checked before each use to belong to this uid and to let nobody else
+  in (a folder another user made, or one with another user's entry, is refused:
+  :class:`RunnerNotTrusted`; one an earlier version made with the umask is closed to others).
+  No other user can create a file there, so none can take the runner's place. The folder is
+  used through an open descriptor of it (``/proc/self/fd/N/runner.sock``), so the folder that was
+  checked is the one used, and a long home path fits in a socket address. "One runner per home":
+  the runner holds ``socket.lock`` (``flock``) for life, and only the holder removes a socket
+  file (a killed runner's) or binds a new one; a runner that stops removes its own.
+- **Who is at the other end.** Both ends check it before they read or send anything: the
+  client that the server is of its uid (``SO_PEERCRED``) and the socket file its own, the
+  server that the client is.
 - **Fingerprint.** What the runner was started from: this protocol, the Python environment, the
   source files of this package and of Airflow, and the ``AIRFLOW__*`` settings of the starting
   environment (Airflow reads them once, at import). A client whose fingerprint differs is told
   the runner is stale; the runner retires and the client starts a fresh one.
-- **Messages.** Length-prefixed JSON documents; a run request carries the client's standard
-  input, output and error as file descriptors (``SCM_RIGHTS``), so the run writes to the
-  client's terminal or pipes as if it ran in the client's process.
+- **Messages.** Length-prefixed JSON documents, and nothing else (never a pickle); a run request
+  carries the client's standard input, output and error as file descriptors (``SCM_RIGHTS``), so
+  the run writes to the client's terminal or pipes as if it ran in the client's process.
 """
 
 from __future__ import annotations
@@ -21,13 +30,14 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import struct
 import sys
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: a socket file in the private runner folder, JSON-only calls
 _HEADER = struct.Struct("!I")
 _MAX_MESSAGE = 16 * 1024 * 1024
 
@@ -47,15 +57,114 @@ class ProtocolError(RuntimeError):
     """Raised when the other side closed the connection or sent something unreadable."""
 
 
+class RunnerUnavailable(RuntimeError):
+    """Raised when the home's runner cannot be started or ended before answering."""
+
+
+class RunnerNotTrusted(RunnerUnavailable):
+    """Raised when the runner's folder or socket may be another user's: nothing was sent to it."""
+
+
+SOCKET_NAME = "runner.sock"
+LOCK_NAME = "socket.lock"
+"""Held by the runner that serves the home's socket (not ``runner.lock``, which an earlier version's
+runner may still hold while it serves its own clients)."""
+_PRIVATE_FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW
+
+
 def runner_folder(home: Path) -> Path:
-    """``<home>/runner``: the runner's lock, log and pid file."""
+    """``<home>/runner``: the runner's socket, locks, log and pid file."""
     return home / "runner"
 
 
-def address(home: Path) -> str:
-    """The abstract socket name of the runner of ``home`` for this user."""
-    digest = hashlib.sha256(str(home).encode()).hexdigest()[:24]
-    return f"\0agentloom-runner-{os.getuid()}-{digest}"
+def open_folder(home: Path, *, create: bool) -> int | None:
+    """An open descriptor of the home's runner folder, checked to be this user's alone.
+
+    :param create: make the folder (``0700``, and the home if missing) when there is none;
+        without it, None when there is none.
+    :raises RunnerNotTrusted: when the folder belongs to another user, is not a folder (a
+        symbolic link), or other users could write in it and left an entry there.
+    :raises RunnerUnavailable: when it cannot be made.
+    """
+    folder = runner_folder(home)
+    if create:
+        try:
+            home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise RunnerUnavailable(
+                f"cannot make the warm runner's folder {folder}: {exc.strerror}; --no-daemon runs without it"
+            ) from None
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _PRIVATE_FLAGS)
+    except FileNotFoundError:
+        if create:
+            raise RunnerUnavailable(f"the warm runner's folder {folder} went away as it was made") from None
+        return None
+    except OSError as exc:  # ELOOP: a symbolic link; ENOTDIR: a file
+        raise RunnerNotTrusted(_untrusted(folder, f"it is not a folder ({exc.strerror})")) from None
+    try:
+        _check_private(fd, folder)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_private(fd: int, folder: Path) -> None:
+    """The folder is this user's; one an earlier version made with the umask is closed to others.
+
+    Once closed (first), nobody else can add an entry; when others could write in it before, each
+    entry must be this user's own file (not a link), or the folder is refused.
+    """
+    status = os.fstat(fd)
+    if status.st_uid != os.getuid():
+        raise RunnerNotTrusted(_untrusted(folder, f"it belongs to uid {status.st_uid}, not to you"))
+    if not status.st_mode & 0o077:
+        return
+    os.fchmod(fd, 0o700)
+    if not status.st_mode & 0o022:
+        return
+    for name in os.listdir(fd):
+        entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if entry.st_uid != os.getuid() or stat.S_ISLNK(entry.st_mode):
+            why = f"other users could write in it, and its {name!r} is not a file of yours"
+            raise RunnerNotTrusted(_untrusted(folder, why))
+        os.chmod(name, 0o600, dir_fd=fd)  # not a link, and nobody else can replace it now
+
+
+def _untrusted(what: Path | str, why: str) -> str:
+    return (
+        f"the warm runner's {what} cannot be trusted: {why} (uid {os.getuid()}); another local user "
+        "could receive your runs, environment and secrets there, so nothing was sent and the run did "
+        "not start. Use a home of your own (--home or AGENTLOOM_HOME), or --no-daemon"
+    )
+
+
+def socket_path(folder_fd: int) -> str:
+    """The runner's socket in the folder open as ``folder_fd`` (that very folder, whatever its path)."""
+    return f"/proc/self/fd/{folder_fd}/{SOCKET_NAME}"
+
+
+def check_server(sock: socket.socket, folder_fd: int, folder: Path) -> None:
+    """Before a client sends anything: the socket file is this user's, and so is the process serving it.
+
+    :raises RunnerNotTrusted: when either is another user's.
+    """
+    where = folder / SOCKET_NAME
+    found = os.stat(SOCKET_NAME, dir_fd=folder_fd, follow_symlinks=False)
+    if not stat.S_ISSOCK(found.st_mode) or found.st_uid != os.getuid():
+        raise RunnerNotTrusted(_untrusted(where, f"it is not a socket of yours (owner uid {found.st_uid})"))
+    uid = peer_uid(sock)
+    if uid != os.getuid():
+        raise RunnerNotTrusted(_untrusted(where, f"the process serving it runs as uid {uid}, not as you"))
+
+
+def open_private(folder_fd: int, name: str, flags: int) -> int:
+    """Open (or create, ``0600``) the file ``name`` of the runner's folder; never through a link."""
+    return os.open(name, flags | os.O_CREAT | _PRIVATE_FLAGS, 0o600, dir_fd=folder_fd)
 
 
 def fingerprint() -> str:

@@ -1,49 +1,39 @@
 """``run_workflow`` through the warm runner: the Python API's calls, shipped to a run process.
 
-The call's arguments (the workflow, its tools, the gateway…) are pickled and sent to the
-home's runner, whose run process calls ``run_workflow`` itself, in-process, on its warm state.
-Callbacks come back as messages: each ``on_progress`` event, each ``ask`` question (answered by
-the caller), and the result or the exception, pickled. Setting the caller's ``stop`` event, or a
-Ctrl-C in the caller's main thread, stops the run as it would in-process.
+The call's arguments (the workflow, its tools, the options…) are written as JSON
+(:mod:`.shipping`) and sent to the home's runner, whose run process calls ``run_workflow``
+itself, in-process, on its warm state. Callbacks come back as JSON messages: each
+``on_progress`` event, each ``ask`` question (answered by the caller), and the result or the
+exception. Setting the caller's ``stop`` event, or a Ctrl-C in the caller's main thread, stops
+the run as it would in-process.
 
-Pickle is safe here: both ends are the same code (the runner's fingerprint says so) and the
-same user (``SO_PEERCRED``). What cannot be pickled, or not read back in the runner (a tool
-defined in ``__main__`` or inside a function), raises :class:`Unshippable`: the caller then
-runs in its own process.
+Nothing is pickled either way: even from a runner that is not ours, what the caller reads is
+data, never code. What cannot be written as JSON, or not rebuilt in the runner (a tool defined
+in ``__main__`` or inside a function, a gateway object), raises :class:`Unshippable`: the caller
+then runs in its own process.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import importlib
 import os
-import pickle  # noqa: TID251  (between two processes of this same code and user: see the module doc)
 import queue
 import socket
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from airflow_provider_agentloom.runner.daemon import client, protocol
+from airflow_provider_agentloom.runner.daemon import client, protocol, shipping
+from airflow_provider_agentloom.runner.daemon.shipping import Unshippable
+
+__all__ = ["Unshippable", "call_in_runner", "serve_call"]
 
 _STOP_POLL_SECONDS = 0.1
 _RESULT_MODELS = "airflow_provider_agentloom.workflow.results"
-"""What the run's result and progress events unpickle into: pydantic and our models, ~75 ms of imports."""
-
-
-class Unshippable(Exception):
-    """Raised when a call's arguments cannot be run in the warm runner (the reason is the message)."""
-
-
-def _pack(value: Any) -> str:
-    return base64.b64encode(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)).decode()
-
-
-def _unpack(text: str) -> Any:
-    return pickle.loads(base64.b64decode(text))
+"""What the run's result and progress events are read into: pydantic and our models, ~75 ms of imports."""
 
 
 # -- the caller's side -----------------------------------------------------------------------------
@@ -61,11 +51,8 @@ def call_in_runner(home: Path, arguments: dict[str, Any]) -> Any:
     chunk_fd = getattr((arguments.get("run_context_options") or {}).get("llm"), "chunk_fd", None)
     if chunk_fd not in (None, 1, 2):
         raise Unshippable(f"streamed text goes to file descriptor {chunk_fd} of this process")
-    try:
-        payload = _pack({**arguments, "asks": ask is not None})
-    except Exception as exc:
-        raise Unshippable(f"the arguments cannot be pickled: {exc}") from None
-    request = {"op": "call", "path": list(sys.path), "payload": payload}
+    document = shipping.call_document(arguments)
+    request = {"op": "call", "path": list(sys.path), "call": document, "asks": ask is not None}
     # The caller mostly waits while the run goes on: it imports the result's models meanwhile
     # rather than after the run, when the result arrives (the CLI prints and needs none).
     importing = threading.Thread(target=importlib.import_module, args=(_RESULT_MODELS,), daemon=True)
@@ -107,16 +94,26 @@ def _follow(
                 continue
             except (OSError, protocol.ProtocolError):
                 raise client.RunnerUnavailable(client._ended_message(home, "during the run")) from None
-            if "progress" in message:
-                if on_progress is not None:
-                    on_progress(*_unpack(message["progress"]))
+            if "returned" in message:
+                return _readable(shipping.result_of, message["returned"])
+            if "raised" in message:
+                raise _readable(shipping.exception_of, message["raised"])
+            if "progress" in message and on_progress is not None:
+                on_progress(*_readable(shipping.progress_of, message))
             elif "ask" in message:
                 answer = ask(str(message["ask"])) if ask is not None else None
                 protocol.send(sock, {"answer": answer})
-            elif "returned" in message:
-                return _unpack(message["returned"])
-            elif "raised" in message:
-                raise _unpack(message["raised"])
+
+
+_T = TypeVar("_T")
+
+
+def _readable(read: Callable[[Any], _T], document: Any) -> _T:
+    """``read(document)``; a document it cannot read is the runner's fault, named as such."""
+    try:
+        return read(document)
+    except (KeyError, TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise client.RunnerUnavailable(f"the warm runner sent a message that cannot be read: {exc}") from None
 
 
 @contextlib.contextmanager
@@ -136,9 +133,9 @@ def _forwarding_interrupts(pid: int) -> Any:
 def serve_call(connection: socket.socket, request: dict[str, Any]) -> None:  # pragma: no cover - run process
     """In a run process: read the call, run it in-process, send back its callbacks and outcome."""
     try:
-        arguments = _unpack(str(request.get("payload") or ""))
-    except Exception as exc:
-        protocol.send(connection, {"unshippable": f"the runner cannot read the arguments: {exc}"})
+        arguments = shipping.call_arguments(dict(request.get("call") or {}))
+    except Unshippable as exc:
+        protocol.send(connection, {"unshippable": str(exc)})
         return
     protocol.send(connection, {"pid": os.getpid()})
     answers: queue.Queue[bool | None] = queue.Queue()
@@ -156,12 +153,13 @@ def serve_call(connection: socket.socket, request: dict[str, Any]) -> None:  # p
                 if message.get("stop"):
                     stop.set()
                 if "answer" in message:
-                    answers.put(message["answer"])
+                    answer = message["answer"]
+                    answers.put(answer if isinstance(answer, bool) else None)
         stop.set()  # the caller went away: the run stops in order
         answers.put(None)
 
     def progress(result: Any, event: str) -> None:
-        send({"progress": _pack((result, event))})
+        send(shipping.progress_document(result, event))
 
     def ask_caller(step_id: str) -> bool | None:
         send({"ask": step_id})
@@ -170,19 +168,12 @@ def serve_call(connection: socket.socket, request: dict[str, Any]) -> None:  # p
     threading.Thread(target=read, daemon=True).start()
     from airflow_provider_agentloom.runner import run_workflow
 
-    asks = arguments.pop("asks", False)
+    asks = bool(request.get("asks"))
     try:
         result = run_workflow(
             **arguments, on_progress=progress, ask=ask_caller if asks else None, stop=stop, daemon=False
         )
     except BaseException as exc:
-        send({"raised": _pack_exception(exc)})
+        send({"raised": shipping.exception_document(exc)})
         return
-    send({"returned": _pack(result)})
-
-
-def _pack_exception(exc: BaseException) -> str:
-    try:
-        return _pack(exc)
-    except Exception:
-        return _pack(RuntimeError(f"{type(exc).__name__}: {exc}"))
+    send({"returned": result.model_dump(mode="json")})

@@ -6,7 +6,11 @@ once, then serves run after run, the way ``dmypy`` or Gradle's daemon serve buil
 
 - it is started by the first ``agentloom run`` of a home (:mod:`.client`), and reused by the
   next ones; it stops after ``$AGENTLOOM_RUNNER_IDLE_TIMEOUT`` seconds without a run (900 by
-  default), on ``agentloom stop``, or when a client of another version finds it stale;
+  default), on ``agentloom stop``, on SIGTERM, SIGHUP or SIGINT, or when a client of another
+  version finds it stale;
+- it listens on ``<home>/runner/runner.sock``, in the runner folder that is its user's alone
+  (:mod:`.protocol`), serves only clients of its own uid, and removes the socket file as it
+  stops taking requests (a runner killed outright leaves it: the next runner replaces it);
 - it keeps one Execution API server running, and, for each run, **forks a run process** from
   its warm, single-threaded state. That process takes over the client's standard input, output
   and error, working directory, environment and command line, and runs the very same CLI code as
@@ -74,33 +78,63 @@ class WarmRunner:
         self.children: dict[int, float] = {}
         self.retiring = False
         self._listener: socket.socket | None = None
-        self._lock_file: Any = None
+        self._socket_id: tuple[int, int] | None = None  # the socket file it bound (device, inode)
+        self._folder_fd: int | None = None
+        self._lock_fd: int | None = None
         self._last_activity = time.monotonic()
         self._api: Any = None
 
     # -- start-up ------------------------------------------------------------------------------
 
     def claim(self) -> None:
-        """Take the home's runner lock and socket name, or raise :class:`RunnerBusy`."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.folder / "runner.lock", "a")  # noqa: SIM115  (held for life)
+        """Take the home's socket lock and bind its socket, or raise :class:`RunnerBusy`.
+
+        :raises protocol.RunnerNotTrusted: when the runner folder may be another user's.
+        """
+        self._folder_fd = folder_fd = protocol.open_folder(self.home, create=True)
+        assert folder_fd is not None  # made when missing
+        os.register_at_fork(after_in_child=self._drop_inherited)
+        self._lock_fd = protocol.open_private(folder_fd, protocol.LOCK_NAME, os.O_RDWR)
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunnerBusy(str(self.home)) from None
+        # Only the lock's holder gets here: a socket file still there is a killed runner's.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(protocol.SOCKET_NAME, dir_fd=folder_fd)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        umask = os.umask(0o177)  # the socket file is made 0600 (single-threaded here)
         try:
-            listener.bind(protocol.address(self.home))
-        except OSError:
+            listener.bind(protocol.socket_path(folder_fd))
+        except BaseException:
             listener.close()
-            raise RunnerBusy(str(self.home)) from None
-        listener.listen(64)
+            raise
+        finally:
+            os.umask(umask)
+        bound = os.stat(protocol.SOCKET_NAME, dir_fd=folder_fd, follow_symlinks=False)
+        self._socket_id = (bound.st_dev, bound.st_ino)
         self._listener = listener
-        (self.folder / "runner.json").write_text(
-            json.dumps(
-                {"pid": os.getpid(), "fingerprint": self.fingerprint, "started": time.time()},
-            )
-        )
+        listener.listen(64)
+        info = json.dumps({"pid": os.getpid(), "fingerprint": self.fingerprint, "started": time.time()})
+        fd = protocol.open_private(folder_fd, "runner.json", os.O_WRONLY | os.O_TRUNC)
+        with open(fd, "w") as out:
+            out.write(info)
+
+    def _drop_inherited(self) -> None:
+        """In each forked child (the API server, a run): close the runner's socket, lock and folders.
+
+        A child must neither hold the home's socket or lock once the runner has let them go (the
+        next runner takes them), nor remove the runner's socket file.
+        """
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        self._socket_id = None
+        for fd in (self._lock_fd, self._folder_fd, self._owner_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._lock_fd = self._folder_fd = self._owner_fd = None
 
     def warm_up(self) -> None:
         """Import and configure Airflow on the home, start the API server, load the task path."""
@@ -167,7 +201,9 @@ class WarmRunner:
         fds: list[int] = []
         try:
             connection.settimeout(_REQUEST_SECONDS)
-            if protocol.peer_uid(connection) != os.getuid():
+            uid = protocol.peer_uid(connection)
+            if uid != os.getuid():
+                _say(f"Refused a connection from uid {uid}: only uid {os.getuid()} is served")
                 return
             request, fds = protocol.receive(connection, with_fds=3)
             connection.settimeout(None)
@@ -207,16 +243,28 @@ class WarmRunner:
         }
 
     def retire(self) -> None:
-        """Stop taking requests and give the home's name and lock to the next runner."""
+        """Stop taking requests; remove the socket file and give the lock to the next runner."""
         if self.retiring:
             return
         self.retiring = True
+        self._remove_socket()
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        if self._lock_file is not None:
-            self._lock_file.close()
-            self._lock_file = None
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _remove_socket(self) -> None:
+        """Remove the socket file this runner bound (still its own: only the lock's holder binds)."""
+        if self._folder_fd is None or self._socket_id is None:
+            return
+        with contextlib.suppress(OSError):
+            found = os.stat(protocol.SOCKET_NAME, dir_fd=self._folder_fd, follow_symlinks=False)
+            if (found.st_dev, found.st_ino) == self._socket_id:
+                os.unlink(protocol.SOCKET_NAME, dir_fd=self._folder_fd)
+        self._socket_id = None
 
     def _reap(self) -> None:
         for pid in list(self.children):
@@ -244,7 +292,7 @@ class WarmRunner:
     # -- the end -----------------------------------------------------------------------------------
 
     def shut_down(self) -> None:
-        """Stop the API server and every run process; leave no file but the log."""
+        """Stop the API server and every run process; leave no file but the log and the locks."""
         self.retire()
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
@@ -263,6 +311,9 @@ class WarmRunner:
             info = json.loads((self.folder / "runner.json").read_text())
             if info.get("pid") == os.getpid():
                 (self.folder / "runner.json").unlink()
+        if self._folder_fd is not None:
+            os.close(self._folder_fd)
+            self._folder_fd = None
 
 
 def _forget_database_connections() -> None:
@@ -285,12 +336,7 @@ def _run_in_child(
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
     _set_parent_death_signal(signal.SIGKILL)  # the runner was killed: so is its run
-    if runner._listener is not None:
-        runner._listener.close()
-    if runner._lock_file is not None:
-        runner._lock_file.close()
-    if runner._owner_fd is not None:
-        os.close(runner._owner_fd)
+    # The fork closed the runner's socket, lock and folder in this process (_drop_inherited).
     os.setpgid(0, 0)
     _forget_database_connections()
     _take_over(request, fds)
@@ -419,7 +465,7 @@ def _stop_on_signal(signum: int, frame: Any) -> None:
 
 def _log_to(path: Path) -> None:
     """The runner's own output (and its API server's start-up errors) go to its log."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(fd, 1)
