@@ -10,9 +10,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import airflow_provider_agentloom
+
 CLI = [sys.executable, "-m", "airflow_provider_agentloom.cli"]
 
 GUARD_DIR = Path(__file__).resolve().parent / "subprocess_guard"
+
+PACKAGE_ROOT = Path(airflow_provider_agentloom.__file__).resolve().parents[1]
+"""The folder of the package this test process imports: its CLI processes import the same one
+(not another checkout an editable install may point at, as a git worktree's would)."""
 
 _VENDOR_PREFIXES = ("OPENAI_", "ANTHROPIC_", "GOOGLE_", "OLLAMA_")
 
@@ -34,7 +40,8 @@ def cli_env(home: Path | str, *python_path: Path, warm: bool = False, **extra: s
     """The environment of a CLI process: no Airflow, vendor or proxy settings of ours, loopback only.
 
     :param home: the runner's private Airflow home (``AGENTLOOM_HOME``).
-    :param python_path: folders put on ``PYTHONPATH`` (tool modules), before the network guard.
+    :param python_path: folders put on ``PYTHONPATH`` (tool modules), before the network guard and
+        :data:`PACKAGE_ROOT`.
     :param warm: run through the home's warm runner, as a user's ``agentloom run`` does; by
         default a test runs in the CLI's own process (``AGENTLOOM_NO_DAEMON``), so that what it
         checks of that process (signals, what it leaves behind) is about one command alone.
@@ -45,7 +52,7 @@ def cli_env(home: Path | str, *python_path: Path, warm: bool = False, **extra: s
         for name, value in os.environ.items()
         if not name.startswith("AIRFLOW") and not is_outside_setting(name)
     }
-    env["PYTHONPATH"] = os.pathsep.join([*map(str, python_path), str(GUARD_DIR)])
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, python_path), str(GUARD_DIR), str(PACKAGE_ROOT)])
     env["AGENTLOOM_HOME"] = str(home)
     # A command that imports Airflow without the runner's home (`validate`) would otherwise make
     # Airflow's default home, ~/airflow, outside the test's folder. The runner's commands point
