@@ -17,7 +17,8 @@
      │         └── NoRouteError       a router matched no condition and has no default (fails at once)
      ├── LLMError                     a model call failed
      │    └── LLMHTTPError            the vendor answered with an HTTP error status
-     └── BudgetExceededError          the run spent its ``config.budget_usd``
+     ├── BudgetExceededError          the run spent its ``config.budget_usd``
+     └── PrivateHomeError             a home of ``run``/``serve`` is another user's, or cannot be made
 
 Every error carries ``retryable``; ``operators.base`` is the one place that turns a
 non-retryable error into ``AirflowFailException``. Constructor arguments are kept so errors
@@ -206,3 +207,12 @@ class BudgetExceededError(AgentLoomError):
 
     def __reduce__(self) -> tuple[type[BudgetExceededError], tuple[float, float]]:
         return (type(self), (self.spent, self.limit))
+
+
+class PrivateHomeError(AgentLoomError):
+    """Raised when a home of ``agentloom run`` or ``serve`` belongs to another user, or cannot be made.
+
+    The home holds every run's input, logs and secrets: it is never used then.
+    """
+
+    retryable = False

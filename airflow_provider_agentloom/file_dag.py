@@ -30,6 +30,7 @@ from airflow_provider_agentloom.workflow.parser import looks_like_a_workflow, pa
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class BuiltWorkflow:
     """A workflow file that loads: the workflow and the DAG built from it."""

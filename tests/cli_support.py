@@ -18,9 +18,6 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 Without it on ``PYTHONPATH`` a process started in a test's folder imports the copy the environment
 was installed from (an editable install's ``.pth``), which in a second worktree is another one."""
 
-CHECKOUT = Path(__file__).resolve().parents[1]
-"""The checkout these tests belong to: its package is the one a CLI process imports (an editable
-install elsewhere, a git worktree's main checkout say, would otherwise be imported instead)."""
 
 _VENDOR_PREFIXES = ("OPENAI_", "ANTHROPIC_", "GOOGLE_", "OLLAMA_")
 

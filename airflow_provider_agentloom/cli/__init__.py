@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom import __version__
 from airflow_provider_agentloom.cli import schema as schema_command
-from airflow_provider_agentloom.exceptions import WorkflowValidationError
+from airflow_provider_agentloom.exceptions import PrivateHomeError, WorkflowValidationError
 
 if TYPE_CHECKING:
     from airflow_provider_agentloom.cli.options import RunOptions
@@ -71,6 +71,10 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
         print(f"Invalid workflow:\n{exc}", file=sys.stderr)
         _print_failure(args, f"Invalid workflow: {exc}")
         return EXIT_FAILED
+    except PrivateHomeError as exc:
+        print(f"agentloom: {exc}", file=sys.stderr)
+        _print_failure(args, str(exc))
+        return EXIT_FAILED
     except KeyboardInterrupt as exc:
         print("agentloom: interrupted", file=sys.stderr)
         _print_failure(args, f"Run {exc}" if str(exc) else "Run interrupted")
@@ -94,6 +98,7 @@ def _through_warm_runner(argv: list[str]) -> int | None:
     """
     from airflow_provider_agentloom.runner.daemon import client, protocol
     from airflow_provider_agentloom.runner.home import default_home
+    from airflow_provider_agentloom.runner.private import ensure_private_home
 
     if not argv or argv[0] not in _WARM_COMMANDS or "--no-daemon" in argv:
         return None
@@ -101,10 +106,11 @@ def _through_warm_runner(argv: list[str]) -> int | None:
         return None
     if any(arg in ("-h", "--help") for arg in argv):
         return None
-    home = _home_argument(argv)
+    home = _home_argument(argv) or default_home()
     try:
-        return client.run_command(argv, home if home is not None else default_home())
-    except client.RunnerUnavailable as exc:
+        ensure_private_home(home)  # before the runner's files are made in it, or another user's is used
+        return client.run_command(argv, home)
+    except (client.RunnerUnavailable, PrivateHomeError) as exc:
         print(f"agentloom: {exc}", file=sys.stderr)
         _print_failure(argparse.Namespace(json="--json" in argv), str(exc))
         return EXIT_FAILED

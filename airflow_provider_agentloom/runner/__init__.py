@@ -73,8 +73,10 @@ def run_workflow(
     if _use_runner(daemon):
         from airflow_provider_agentloom.runner.daemon import remote
         from airflow_provider_agentloom.runner.home import default_home
+        from airflow_provider_agentloom.runner.private import ensure_private_home
 
         root = Path(home).expanduser().resolve() if home is not None else default_home()
+        ensure_private_home(root)  # never hand a run to another user's home
         arguments = {
             "workflow": workflow if not isinstance(workflow, os.PathLike) else os.fspath(workflow),
             "tools": list(tools),

@@ -4,6 +4,8 @@
 they would race a live scheduler): they always use their own home, by default under the user's
 cache folder (``$XDG_CACHE_HOME/agentloom/airflow-home``), or ``$AGENTLOOM_HOME``.
 
+The home is private (:mod:`.private`): 0700, its files 0600, never another user's folder.
+
 The environment is set before Airflow is first imported. When the process has already imported
 Airflow with another database (a notebook, a test suite), the runner refuses rather than
 silently running against it — unless that database *is* the runner's home.
@@ -19,6 +21,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from airflow_provider_agentloom.runner.private import (
+    FILE_MODE,
+    FOLDER_MODE,
+    ensure_private_home,
+    make_private_dirs,
+    open_private,
+    write_atomically,
+)
+
+__all__ = ["EmbeddedHome", "HomeConflictError", "default_home", "prepare_home", "write_atomically"]
 
 STUB_NAME = "agentloom_run_dag.py"
 _STUB = '''"""Airflow DAG file written by `agentloom run`: serves the DAG being run to its task processes."""
@@ -76,8 +89,9 @@ def prepare_home(root: Path | None = None, *, migrate: bool = True) -> EmbeddedH
         starts its API server first, which builds its routes meanwhile).
     """
     home = EmbeddedHome((root or default_home()).resolve())
-    home.dags_folder.mkdir(parents=True, exist_ok=True)
-    home.logs.mkdir(parents=True, exist_ok=True)
+    ensure_private_home(home.root)
+    make_private_dirs(home.dags_folder)
+    make_private_dirs(home.logs)
     if not home.stub.exists() or home.stub.read_text() != _STUB:
         write_atomically(home.stub, _STUB)  # a task of another run may be reading it
     _configure_environment(home)
@@ -128,6 +142,7 @@ def _configure_environment(home: EmbeddedHome) -> None:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home.logs),
+        **private_log_settings(),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AGENTLOOM_AIRFLOW_LOG_LEVEL", "WARNING"),
         "AIRFLOW__API_AUTH__JWT_SECRET": jwt_secret(home),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
@@ -152,29 +167,23 @@ def _configure_environment(home: EmbeddedHome) -> None:
     os.environ.update(settings)
 
 
+def private_log_settings() -> dict[str, str]:
+    """Airflow's modes for the task log folders and files it makes: private.
+
+    Airflow ``chmod``s a new task log file to ``file_task_handler_new_file_permissions`` (0o664
+    by default), which no umask can narrow; the folders get ``..._folder_permissions`` (0o775).
+    """
+    return {
+        "AIRFLOW__LOGGING__FILE_TASK_HANDLER_NEW_FOLDER_PERMISSIONS": oct(FOLDER_MODE),
+        "AIRFLOW__LOGGING__FILE_TASK_HANDLER_NEW_FILE_PERMISSIONS": oct(FILE_MODE),
+    }
+
+
 def jwt_secret(home: EmbeddedHome) -> str:
     secret_file = home.root / ".jwt_secret"
     if not secret_file.exists():
-        write_atomically(secret_file, secrets.token_hex(48), mode=0o600, replace=False)
+        write_atomically(secret_file, secrets.token_hex(48), replace=False)
     return secret_file.read_text().strip()
-
-
-def write_atomically(path: Path, text: str, *, mode: int = 0o644, replace: bool = True) -> None:
-    """Write ``path`` so a reader never sees it half-written (with ``replace=False``, the first
-    of several concurrent writers wins)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as file:
-        file.write(text)
-    try:
-        if replace:
-            os.replace(temporary, path)
-        else:
-            with contextlib.suppress(FileExistsError):
-                os.link(temporary, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
 
 
 def migrate_once(home: EmbeddedHome) -> None:
@@ -191,20 +200,30 @@ def migrate_once(home: EmbeddedHome) -> None:
     marker = home.root / f".migrated-{airflow_version}"
     if marker.exists():
         return
-    with open(home.root / ".migrate.lock", "w") as lock:
+    with os.fdopen(open_private(home.root / ".migrate.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.exists():
             return
         template = _template_database(airflow_version)
-        if not home.database.exists() and template is not None and template.is_file():
+        if not _has_data(home.database) and template is not None and template.is_file():
             _copy_database(template, home.database)
         else:
             from airflow.utils import db
 
+            # Made 0600 before SQLite opens it, which would make it with the umask: SQLite gives
+            # the database's -wal, -shm and -journal files the database's own mode.
+            os.close(open_private(home.database))
             db.initdb()
             if template is not None and not template.exists():
                 _keep_template(home.database, template)
-        marker.write_text("ok\n")
+        write_atomically(marker, "ok\n")
+
+
+def _has_data(database: Path) -> bool:
+    try:
+        return database.stat().st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def _template_database(airflow_version: str) -> Path | None:
@@ -222,6 +241,9 @@ def _copy_database(source: Path, target: Path) -> None:
     import sqlite3
 
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))  # private from the start
     with (
         contextlib.closing(sqlite3.connect(source)) as src,
         contextlib.closing(sqlite3.connect(temporary)) as dst,
@@ -233,7 +255,7 @@ def _copy_database(source: Path, target: Path) -> None:
 def _keep_template(database: Path, template: Path) -> None:
     """Keep a copy of a freshly migrated database as the template (best effort)."""
     try:
-        template.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(template.parent)
         _copy_database(database, template)
     except OSError:
         pass  # a read-only cache: every new home migrates, as before

@@ -15,6 +15,10 @@ shape as Airflow's own LocalExecutor with an api-server:
 - each task gets a supervisor process (``supervise_task``) that forks the task process; the
   task runs in its process's main thread, so ``execution_timeout`` works.
 
+The children write into the private home (task logs, the database), so they run with the umask
+:data:`~.private.PRIVATE_UMASK`; a task process gets the runner's own umask back, so the files its
+step writes in the working folder have the modes they would have from any other command.
+
 No child outlives the runner, whatever ends it: each child runs in a session of its own (a
 Ctrl-C at the terminal reaches only the runner, which stops the run in order), and has a parent
 death signal. A supervisor is a child subreaper and kills its whole tree when the runner dies;
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.runner.private import FILE_MODE, PRIVATE_UMASK
 from airflow_provider_agentloom.tools import _linux
 from airflow_provider_agentloom.tools._proctree import kill_own_tree, kill_tree
 
@@ -97,7 +102,7 @@ def _quiet_child_stdio(log_file: Path | None = None) -> None:  # pragma: no cove
 
     Their own output goes to ``log_file`` (the task logs themselves are written by Airflow).
     """
-    target = os.open(log_file or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    target = os.open(log_file or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
     os.dup2(target, 1)
     os.dup2(target, 2)
     os.close(target)
@@ -136,6 +141,7 @@ class ApiServer:
             try:
                 os.close(read_fd)
                 _detach_from_runner(signal.SIGKILL)
+                os.umask(PRIVATE_UMASK)
                 _quiet_child_stdio(log_file)
                 _serve(sock, port, write_fd)
             except BaseException:
@@ -428,8 +434,10 @@ def _become_supervisor() -> None:  # pragma: no cover - runs in the child
 
     It adopts its orphaned descendants, kills its whole tree when the runner dies, and gives
     the task process it forks (through Airflow's ``os.fork``) SIGKILL as parent death signal.
+    What it writes (the task's log) is private; its task process gets the runner's umask back.
     """
     _detach_from_runner(RUNNER_GONE)
+    runner_umask = os.umask(PRIVATE_UMASK)
     _become_subreaper()
     supervisor = os.getpid()
 
@@ -443,12 +451,17 @@ def _become_supervisor() -> None:  # pragma: no cover - runs in the child
     os.register_at_fork(
         before=lambda: forking.append(os.getpid()),
         after_in_parent=lambda: forking.clear(),
-        after_in_child=lambda: _task_process_dies_with(supervisor, forking.pop() if forking else None),
+        after_in_child=lambda: _task_process_dies_with(
+            supervisor, forking.pop() if forking else None, runner_umask
+        ),
     )
 
 
-def _task_process_dies_with(supervisor: int, parent: int | None) -> None:  # pragma: no cover - in the child
-    """In a process the supervisor forked (its task process), die by SIGKILL with the supervisor.
+def _task_process_dies_with(
+    supervisor: int, parent: int | None, umask: int
+) -> None:  # pragma: no cover - in the child
+    """In a process the supervisor forked (its task process), die by SIGKILL with the supervisor,
+    and take ``umask`` (the runner's) back for what the step writes.
 
     Only the supervisor's own forks: the hook is inherited by the task process, whose forks (a
     tool's ``multiprocessing``, say) are left alone, since the signal would follow the forking
@@ -456,6 +469,7 @@ def _task_process_dies_with(supervisor: int, parent: int | None) -> None:  # pra
     """
     if parent != supervisor:
         return
+    os.umask(umask)
     _set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != supervisor:
         os._exit(1)  # the supervisor died between the fork and the death signal

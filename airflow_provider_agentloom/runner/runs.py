@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.runner.private import make_private_dirs, open_private, write_atomically
 from airflow_provider_agentloom.tools._proctree import boot_id, process_start_ticks
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 @contextlib.contextmanager
 def home_lock(root: Path) -> Iterator[None]:
     """Hold the home's start-up lock (an ``flock``: released by the kernel if the holder dies)."""
-    with open(root / ".runs.lock", "a") as lock:
+    with os.fdopen(open_private(root / ".runs.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -74,11 +75,8 @@ class RunLedger:
 
     def save_history(self, run_id: str, record: dict[str, Any]) -> None:
         """Keep ``record`` (JSON data) as the history of ``run_id``."""
-        self.history.mkdir(parents=True, exist_ok=True)
-        name = path_safe(run_id)
-        temporary = self.history / f".{name}.tmp"
-        temporary.write_text(json.dumps(record, default=str), encoding="utf-8")
-        os.replace(temporary, self.history / f"{name}.json")
+        make_private_dirs(self.history)
+        write_atomically(self.history / f"{path_safe(run_id)}.json", json.dumps(record, default=str))
 
     def load_history(self, run_id: str) -> dict[str, Any] | None:
         """The history record of ``run_id`` (None when there is none, or it is unreadable)."""
@@ -101,10 +99,8 @@ class RunLedger:
         return self.folder / f"{run_id}.json"
 
     def record(self, owner: RunOwner) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        temporary = self.folder / f".{owner.run_id}.tmp"
-        temporary.write_text(json.dumps(asdict(owner)), encoding="utf-8")
-        os.replace(temporary, self._file(owner.run_id))
+        make_private_dirs(self.folder)
+        write_atomically(self._file(owner.run_id), json.dumps(asdict(owner)))
 
     def forget(self, run_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):

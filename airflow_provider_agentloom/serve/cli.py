@@ -28,7 +28,16 @@ def add_serve_command(commands: Any) -> None:
     serve.add_argument(
         "--db",
         metavar="URL",
-        help="a PostgreSQL database (postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE) instead of SQLite",
+        help=(
+            "a PostgreSQL database (postgresql://USER@HOST[:PORT]/DATABASE) instead of SQLite; never a "
+            "password here (every local user can read a command line): give the whole URL in "
+            "$AGENTLOOM_SERVE_DB or --db-file, or the password in PGPASSWORD or ~/.pgpass"
+        ),
+    )
+    serve.add_argument(
+        "--db-file",
+        metavar="PATH",
+        help="a file only you can read (chmod 600) that holds the PostgreSQL URL, password included",
     )
     serve.add_argument(
         "--home", metavar="DIR", help="the private Airflow home ($AGENTLOOM_HOME); serve uses DIR/serve"
@@ -40,7 +49,9 @@ def _serve(args: argparse.Namespace) -> int:
     from airflow_provider_agentloom.cli import EXIT_FAILED, UsageError
     from airflow_provider_agentloom.serve.lifecycle import ServeError, ServeOptions, ServeUsageError, serve
 
-    options = ServeOptions(dags_folder=args.dags_folder, port=args.port, db=args.db, home=args.home)
+    options = ServeOptions(
+        dags_folder=args.dags_folder, port=args.port, db=args.db, db_file=args.db_file, home=args.home
+    )
     try:
         return serve(options, Path.cwd())
     except ServeUsageError as exc:

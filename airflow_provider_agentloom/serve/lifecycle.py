@@ -4,6 +4,9 @@ The order, so that a refusal leaves nothing behind: check the arguments, the por
 (:mod:`.prepare`); place the loader; migrate the database; start the components (:mod:`.stack`);
 print the URL and login once the api-server answers; then watch until Ctrl-C, SIGTERM or a
 hang-up (clean stop, exit 0) or until a component dies (its log's tail, the rest stopped, exit 1).
+
+The database password reaches the components in their environment only; serve never prints it
+(a log's tail included).
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from types import FrameType
 
+from airflow_provider_agentloom.runner.private import make_private_dirs, write_atomically
 from airflow_provider_agentloom.serve import prepare
 from airflow_provider_agentloom.serve.prepare import ServeError, ServeHome, ServeUsageError
 from airflow_provider_agentloom.serve.stack import COMPONENTS, Stack, tail
@@ -37,6 +42,7 @@ class ServeOptions:
     port: str
     db: str | None
     home: str | None
+    db_file: str | None = None
 
 
 class _Signals:
@@ -70,32 +76,33 @@ def serve(options: ServeOptions, cwd: Path) -> int:
     started = time.monotonic()
     dags = prepare.dags_folder(options.dags_folder, cwd)
     port = prepare.port_number(options.port)
-    database = prepare.database_url(options.db) if options.db else None
+    setting = prepare.database_setting(options.db, options.db_file, os.environ)
+    database = prepare.database_url(*setting) if setting else None
+    # Read: the processes serve starts (the warm runner too) get the URL where they need it only.
+    os.environ.pop(prepare.DB_VARIABLE, None)
     prepare.check_port_free(port)
-    home = ServeHome(
-        (Path(options.home).expanduser() if options.home else default_home()).resolve() / "serve"
-    )
+    runner_home = (Path(options.home).expanduser() if options.home else default_home()).resolve()
+    home = ServeHome(runner_home / "serve")
     lock = prepare.lock_home(home)  # noqa: F841 - held until the process ends
     signals = _Signals()
     signals.install()
     loader, written = prepare.place_loader(dags)
     if written:
         _say(f"{dags} had no AgentLoom loader: wrote {loader} (an Airflow DAG file; keep it or delete it)")
-    home.logs.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(home.logs)
     password = prepare.login_password(home)
     serve_id = uuid.uuid4().hex
-    ports = prepare.Ports(api=port, worker_logs=prepare.free_port(), trigger_logs=prepare.free_port())
-    env = prepare.component_environment(home, dags, ports, database, serve_id)
+    env = prepare.component_environment(home, dags, port, database, serve_id)
     stack = Stack(env=env, logs=home.component_logs, cwd=home.root, port=port, serve_id=serve_id)
+    tail_of = _tail_hiding(database)
     stack.start_watchdog(STOP_GRACE_SECONDS)
     try:
-        if not _migrate(stack, home, database, signals) or signals.stop():
+        if not _migrate(stack, home, database, signals, tail_of) or signals.stop():
             _stop(stack, signals)
             return 0
         _say(f"Starting Airflow {version('apache-airflow-core')} ({', '.join(COMPONENTS)}) for {dags} ...")
         stack.start()
         shown_db = _hide_password(database) if database else str(home.database)
-        runner_home = (Path(options.home).expanduser() if options.home else default_home()).resolve()
         runner_started = _keep_runner_warm(runner_home)
         lines = [
             f"  Login:       {prepare.USER} / {password}",
@@ -107,7 +114,7 @@ def serve(options: ServeOptions, cwd: Path) -> int:
         if runner_started is not None:
             lines.append(f"  Warm runner: `agentloom run` is served warm while this runs ({runner_home})")
         try:
-            return _watch(stack, signals, started, "\n".join(lines))
+            return _watch(stack, signals, started, "\n".join(lines), tail_of)
         finally:
             if runner_started:
                 from airflow_provider_agentloom.runner.daemon import client
@@ -136,7 +143,9 @@ def _keep_runner_warm(runner_home: Path) -> bool | None:
         return None
 
 
-def _migrate(stack: Stack, home: ServeHome, database: str | None, signals: _Signals) -> bool:
+def _migrate(
+    stack: Stack, home: ServeHome, database: str | None, signals: _Signals, tail_of: Callable[[Path], str]
+) -> bool:
     """Create or upgrade the database (``airflow db migrate``); SQLite only when this version has not yet.
 
     Returns False when a stop signal came first; raises :class:`ServeError` when it fails.
@@ -150,13 +159,15 @@ def _migrate(stack: Stack, home: ServeHome, database: str | None, signals: _Sign
         return False
     if code != 0:
         log = stack.logs / "db-migrate.log"
-        raise ServeError(f"airflow db migrate exited with {code}; the end of {log}:\n{tail(log)}")
+        raise ServeError(f"airflow db migrate exited with {code}; the end of {log}:\n{tail_of(log)}")
     if database is None:
-        marker.write_text("ok\n")
+        write_atomically(marker, "ok\n")
     return True
 
 
-def _watch(stack: Stack, signals: _Signals, started: float, details: str) -> int:
+def _watch(
+    stack: Stack, signals: _Signals, started: float, details: str, tail_of: Callable[[Path], str]
+) -> int:
     """Print the URL and ``details`` once the api-server answers; watch until a signal or a death."""
     ready = False
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
@@ -166,7 +177,7 @@ def _watch(stack: Stack, signals: _Signals, started: float, details: str) -> int
             when = "after it had started" if ready else "while starting"
             _say(
                 f"agentloom serve: the {dead.name} exited with code {dead.exit_code} {when}; "
-                f"the end of its log {dead.log_path}:\n{tail(dead.log_path)}"
+                f"the end of its log {dead.log_path}:\n{tail_of(dead.log_path)}"
             )
             _stop(stack, signals)
             return 1
@@ -182,7 +193,7 @@ def _watch(stack: Stack, signals: _Signals, started: float, details: str) -> int
                 log = stack.logs / "api-server.log"
                 _say(
                     f"agentloom serve: the api-server did not answer within {READY_TIMEOUT_SECONDS:.0f} s; "
-                    f"the end of its log {log}:\n{tail(log)}"
+                    f"the end of its log {log}:\n{tail_of(log)}"
                 )
                 _stop(stack, signals)
                 return 1
@@ -195,6 +206,16 @@ def _hide_password(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
+
+
+def _tail_hiding(database: str | None) -> Callable[[Path], str]:
+    """``tail`` of a component's log, with the database password (should a log hold it) as ``***``."""
+    from sqlalchemy.engine import make_url
+
+    secret = make_url(database).password if database else None
+    if not secret:
+        return tail
+    return lambda path: tail(path).replace(str(secret), "***")
 
 
 def _stop(stack: Stack, signals: _Signals) -> None:

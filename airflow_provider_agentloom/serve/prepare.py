@@ -1,6 +1,7 @@
 """What ``agentloom serve`` checks and prepares before it starts anything.
 
-The dags folder, the ``--db`` URL, the port, the home (one serve at a time), the generated loader,
+The dags folder, the database URL (``--db``, ``--db-file`` or ``$AGENTLOOM_SERVE_DB``; a password
+never on a command line), the port, the home (private, one serve at a time), the generated loader,
 the login, and the environment every Airflow component gets. Nothing here imports Airflow.
 """
 
@@ -13,12 +14,19 @@ import json
 import os
 import secrets
 import socket
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from airflow_provider_agentloom.runner.home import EmbeddedHome, jwt_secret, write_atomically
+from airflow_provider_agentloom.exceptions import PrivateHomeError
+from airflow_provider_agentloom.runner.home import EmbeddedHome, jwt_secret, private_log_settings
+from airflow_provider_agentloom.runner.private import ensure_private_home, open_private, write_atomically
 from airflow_provider_agentloom.serve.watchdog import MARKER_VARIABLE
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 USER = "admin"
 LOADER_NAMES = ("agentloom_dags.py", "agentloom_serve_dags.py")
@@ -31,6 +39,10 @@ load_workflows(globals())
 _WORKFLOW_PATTERNS = ("*.yaml", "*.yml")
 _LOADER_SCAN_BYTES = 65536
 _POSTGRES_DRIVERS = {"psycopg": "psycopg", "psycopg2": "psycopg2", "pg8000": "pg8000"}
+DB_VARIABLE = "AGENTLOOM_SERVE_DB"
+"""The environment variable that may hold the database URL, password included."""
+_DB_FILE_BYTES = 65536
+_EXPECTED_URL = "expected a PostgreSQL URL like postgresql://USER@HOST[:PORT]/DATABASE"
 
 
 class ServeUsageError(Exception):
@@ -73,27 +85,102 @@ def port_number(text: str) -> int:
     return int(text)
 
 
-def database_url(url: str) -> str:
-    """Check ``--db``: a PostgreSQL URL with a database name, whose driver is installed, that answers.
+def database_setting(
+    db: str | None, db_file: str | None, environ: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """The database URL and where it came from (named in messages), or None for SQLite.
 
-    The password never appears in a message.
+    From ``--db`` (never with a password: every local user can read a command line, in ``ps``
+    and ``/proc/PID/cmdline``), ``--db-file`` (a file only this user can read) or
+    ``$AGENTLOOM_SERVE_DB``; an argument wins over the variable.
     """
-    from sqlalchemy import create_engine
+    if db is not None and db_file is not None:
+        raise ServeUsageError("--db and --db-file: give one of them")
+    if db is not None:
+        parsed = _parse_url(db, "--db")
+        if parsed.password is not None or "password" in {key.lower() for key in parsed.query}:
+            raise ServeUsageError(
+                f"--db {_shown(parsed)}: a password on the command line can be read by every local user "
+                f"(ps, /proc/PID/cmdline). Give the URL in the environment instead: export {DB_VARIABLE}="
+                "'postgresql://USER:PASSWORD@HOST/DATABASE', or in a file only you can read: --db-file PATH "
+                "(chmod 600 PATH); or keep --db without the password and put it in PGPASSWORD or ~/.pgpass"
+            )
+        return db, "--db"
+    if db_file is not None:
+        return _read_db_file(db_file), f"--db-file {db_file}"
+    if environ.get(DB_VARIABLE):
+        return environ[DB_VARIABLE], f"${DB_VARIABLE}"
+    return None
+
+
+def _read_db_file(argument: str) -> str:
+    """The URL in ``--db-file``'s file: the first line that is not blank or a ``#`` comment.
+
+    The file must be this user's, and no one else's to read: it holds a password.
+    """
+    try:
+        fd = os.open(Path(argument).expanduser(), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ServeUsageError(f"--db-file {argument}: cannot read it: {exc.strerror}") from None
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ServeUsageError(f"--db-file {argument}: not a file")
+        if info.st_uid != os.geteuid():
+            raise ServeUsageError(
+                f"--db-file {argument}: the file belongs to another user (uid {info.st_uid}); "
+                "the file that holds your database password must be your own"
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            raise ServeUsageError(
+                f"--db-file {argument}: other users may read it (mode {mode:04o}), and it holds a "
+                f"password: chmod 600 {argument}"
+            )
+        text = handle.read(_DB_FILE_BYTES)
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return line.strip()
+    raise ServeUsageError(
+        f"--db-file {argument}: the file holds no URL "
+        "(one line: postgresql://USER:PASSWORD@HOST[:PORT]/DATABASE)"
+    )
+
+
+def _parse_url(url: str, label: str) -> URL:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    expected = "expected a PostgreSQL URL like postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
     try:
-        parsed = make_url(url)
+        return make_url(url)
     except (ArgumentError, ValueError):
-        raise ServeUsageError(f"--db: not a database URL ({expected})") from None
-    shown = parsed.render_as_string(hide_password=True)
+        raise ServeUsageError(f"{label}: not a database URL ({_EXPECTED_URL})") from None
+
+
+def _shown(parsed: URL) -> str:
+    """The URL as messages show it: no password, in its place or in its query."""
+    query = {key: ("***" if key.lower() == "password" else value) for key, value in parsed.query.items()}
+    return str(parsed.set(query=query).render_as_string(hide_password=True)).replace("%2A%2A%2A", "***")
+
+
+def database_url(url: str, label: str = "--db") -> str:
+    """Check the database URL: PostgreSQL, with a database name, whose driver is installed, that answers.
+
+    :param label: where the URL came from (``database_setting``'s second value), for messages.
+        The password never appears in a message.
+    """
+    from sqlalchemy import create_engine
+
+    expected = _EXPECTED_URL
+    parsed = _parse_url(url, label)
+    shown = _shown(parsed)
     if parsed.get_backend_name() != "postgresql":
         raise ServeUsageError(
-            f"--db {shown}: {expected} (without --db, serve uses the SQLite database of its home)"
+            f"{label} {shown}: {expected} "
+            "(without a database URL, serve uses the SQLite database of its home)"
         )
     if not parsed.database:
-        raise ServeUsageError(f"--db {shown}: the URL names no database ({expected})")
+        raise ServeUsageError(f"{label} {shown}: the URL names no database ({expected})")
     if "+" not in parsed.drivername:  # postgresql://: whichever driver is installed
         installed = [name for name in _POSTGRES_DRIVERS if importlib.util.find_spec(name) is not None]
         parsed = parsed.set(drivername=f"postgresql+{(installed or ['psycopg'])[0]}")
@@ -101,12 +188,12 @@ def database_url(url: str) -> str:
     module = _POSTGRES_DRIVERS.get(driver)
     if module is None:
         raise ServeUsageError(
-            f"--db {shown}: Airflow cannot use the driver {driver!r} "
+            f"{label} {shown}: Airflow cannot use the driver {driver!r} "
             f"(use postgresql:// or postgresql+{'/+'.join(_POSTGRES_DRIVERS)}://)"
         )
     if importlib.util.find_spec(module) is None:
         raise ServeUsageError(
-            f"--db {shown}: the PostgreSQL driver {module} is not installed "
+            f"{label} {shown}: the PostgreSQL driver {module} is not installed "
             "(pip install apache-airflow-providers-postgres, or psycopg2-binary)"
         )
     connect_args = {"connect_timeout": 10} if module != "pg8000" else {"timeout": 10}
@@ -119,7 +206,9 @@ def database_url(url: str) -> str:
         reason = lines[0] if lines else type(exc).__name__
         if "does not exist" in reason:
             reason += f' (create it first: CREATE DATABASE "{parsed.database}")'
-        raise ServeError(f"--db {shown}: cannot connect: {reason}") from None
+        if parsed.password:
+            reason = reason.replace(parsed.password, "***")
+        raise ServeError(f"{label} {shown}: cannot connect: {reason}") from None
     finally:
         engine.dispose()
     return parsed.render_as_string(hide_password=False)
@@ -172,9 +261,17 @@ class ServeHome(EmbeddedHome):
 
 
 def lock_home(home: ServeHome) -> IO[str]:
-    """Take the home for this serve (kept until the process ends); refuse when another serve has it."""
-    home.root.mkdir(parents=True, exist_ok=True)
-    lock = open(home.root / "serve.lock", "a+")  # noqa: SIM115 - held for the life of the process
+    """Take the home for this serve (kept until the process ends); refuse when another serve has it.
+
+    The runner's home that holds it and serve's own are private (``runner.private``): made 0700,
+    refused when another user owns one, tightened when an older version made them with the umask.
+    """
+    try:
+        ensure_private_home(home.root.parent)
+        ensure_private_home(home.root)
+    except PrivateHomeError as exc:
+        raise ServeError(str(exc)) from None
+    lock = os.fdopen(open_private(home.root / "serve.lock", os.O_RDWR | os.O_APPEND), "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -249,23 +346,18 @@ def place_loader(folder: Path) -> tuple[Path, bool]:
 # -- the environment ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Ports:
-    api: int
-    worker_logs: int
-    trigger_logs: int
-
-
 def component_environment(
-    home: ServeHome, dags: Path, ports: Ports, database: str | None, serve_id: str
+    home: ServeHome, dags: Path, api_port: int, database: str | None, serve_id: str
 ) -> dict[str, str]:
     """The environment of every component: the caller's, with serve's settings.
 
-    Serve's own settings (the home, database, dags folder, ports, login, secrets) always win; a
-    few defaults (parallelism, parse interval, log level, tools' working folder) yield to an
-    ``AIRFLOW__…`` variable the caller set.
+    Serve's own settings (the home, database, dags folder, ports, login, secrets, private log
+    modes) always win; a few defaults (parallelism, parse interval, log level, tools' working
+    folder) yield to an ``AIRFLOW__…`` variable the caller set. The database URL, password
+    included, reaches the components here only, never on their command lines.
     """
-    env = {key: value for key, value in os.environ.items() if key not in ("AIRFLOW_HOME", "AIRFLOW_CONFIG")}
+    dropped = ("AIRFLOW_HOME", "AIRFLOW_CONFIG", DB_VARIABLE)
+    env = {key: value for key, value in os.environ.items() if key not in dropped}
     defaults = {
         "AIRFLOW__CORE__PARALLELISM": "4",
         # New and changed workflow files show within seconds: the loader .py is parsed again every
@@ -278,7 +370,7 @@ def component_environment(
     }
     for key, value in defaults.items():
         env.setdefault(key, value)
-    api = f"http://127.0.0.1:{ports.api}"
+    api = f"http://127.0.0.1:{api_port}"
     env.update(
         {
             "AIRFLOW_HOME": str(home.root),
@@ -296,12 +388,17 @@ def component_environment(
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api}/execution/",
             "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(ports.api),
+            "AIRFLOW__API__PORT": str(api_port),
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API_AUTH__JWT_SECRET": jwt_secret(home),
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home.logs),
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(ports.worker_logs),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(ports.trigger_logs),
+            **private_log_settings(),
+            # The scheduler and triggerer start no log server (``--skip-serve-logs``, see
+            # ``stack``): Airflow's binds every interface. The api-server then reads task logs
+            # from their files; port 0, which nothing can listen on, leaves nothing to squat for
+            # the log requests it still makes while a task runs.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": "0",
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": "0",
             "PYTHONUNBUFFERED": "1",
             MARKER_VARIABLE: serve_id,
         }

@@ -4,6 +4,11 @@ Each component (``airflow api-server``, ``scheduler``, ``dag-processor``, ``trig
 subprocess in a session and process group of its own, so a Ctrl-C at the terminal reaches only
 serve, which then stops them in order. Its output goes to ``<home>/component-logs/<name>.log``.
 
+What the components write into the home (logs, the SQLite database and its WAL) is private:
+they run with the umask :data:`~..runner.private.PRIVATE_UMASK`, and serve makes its own files
+0600. The scheduler and triggerer start no log server (``--skip-serve-logs``): Airflow's listens on
+every interface, and the api-server reads the task logs from their files on this machine.
+
 No process outlives serve:
 
 - a clean stop SIGTERMs each component (the api-server last), waits up to a grace period,
@@ -29,11 +34,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from airflow_provider_agentloom.runner.private import (
+    PRIVATE_UMASK,
+    make_private_dirs,
+    open_private,
+    write_atomically,
+)
 from airflow_provider_agentloom.serve import watchdog
 from airflow_provider_agentloom.tools import _linux
 from airflow_provider_agentloom.tools._proctree import descendants, send_signal
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+_ARGUMENTS = {"scheduler": ("--skip-serve-logs",), "triggerer": ("--skip-serve-logs",)}
+"""Each component's options (never a setting that could be secret: those go in its environment)."""
 API_SERVER_GRACE = 3.0
 _IDLE_WAIT = 2.0
 _WORKER_TITLE = b"airflow worker -- LocalExecutor"
@@ -56,6 +69,7 @@ class Component:
 
 def _die_with_serve(serve_pid: int) -> Callable[[], None]:
     def preexec() -> None:  # pragma: no cover - runs in the child, between fork and exec
+        os.umask(PRIVATE_UMASK)
         with contextlib.suppress(OSError, AttributeError):
             _linux.prctl(_linux.PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != serve_pid:  # serve died before the death signal was set
@@ -66,6 +80,12 @@ def _die_with_serve(serve_pid: int) -> Callable[[], None]:
 
 def airflow_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "airflow", *args]
+
+
+def open_log(path: Path, *, append: bool = False) -> IO[bytes]:
+    """A component's log file, private (0600), emptied unless ``append``."""
+    flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(open_private(path, flags), "ab" if append else "wb")
 
 
 def tail(path: Path, lines: int = _TAIL_LINES) -> str:
@@ -98,9 +118,8 @@ class Stack:
 
     def run_once(self, name: str, args: list[str], stop: Callable[[], bool]) -> int | None:
         """Run ``airflow ARGS`` to its end (``db migrate``); None when ``stop`` asked to quit first."""
-        self.logs.mkdir(parents=True, exist_ok=True)
-        log_path = self.logs / f"{name}.log"
-        with log_path.open("wb") as log:
+        make_private_dirs(self.logs)
+        with open_log(self.logs / f"{name}.log") as log:
             process = self._spawn(args, log)
         while process.poll() is None:
             if stop():
@@ -124,10 +143,10 @@ class Stack:
         )
 
     def start_watchdog(self, grace: float) -> None:
-        self.logs.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.logs)
         self.sessions_file.unlink(missing_ok=True)  # an earlier serve's: those sessions are gone
         env = {key: value for key, value in self.env.items() if key != watchdog.MARKER_VARIABLE}
-        with (self.logs / "watchdog.log").open("ab") as log:
+        with open_log(self.logs / "watchdog.log", append=True) as log:
             self.watchdog_process = subprocess.Popen(
                 [
                     *(sys.executable, "-I", "-S", watchdog.__file__),
@@ -138,16 +157,18 @@ class Stack:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                umask=PRIVATE_UMASK,
             )
 
     def start(self) -> None:
-        self.logs.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.logs)
         for name in COMPONENTS:
             log_path = self.logs / f"{name}.log"
-            log_file = log_path.open("wb")
-            self.components.append(Component(name, self._spawn([name], log_file), log_path, log_file))
+            log_file = open_log(log_path)
+            process = self._spawn([name, *_ARGUMENTS.get(name, ())], log_file)
+            self.components.append(Component(name, process, log_path, log_file))
         # Each component leads a session of its own: the watchdog stops every process in them.
-        self.sessions_file.write_text("".join(f"{c.process.pid}\n" for c in self.components))
+        write_atomically(self.sessions_file, "".join(f"{c.process.pid}\n" for c in self.components))
 
     def dead_component(self) -> Component | None:
         return next((c for c in self.components if c.exit_code is not None), None)

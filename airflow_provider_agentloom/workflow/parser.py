@@ -479,7 +479,8 @@ class _Validator:
             raise self.error(loc, f"workflow_path {relative!r}: {message}") from None
         if not looks_like_a_workflow(text):
             raise self.error(
-                loc, f"workflow_path {relative!r} is not a workflow file (no top-level 'name:' or 'steps:' key)"
+                loc,
+                f"workflow_path {relative!r} is not a workflow file (no top-level 'name:' or 'steps:' key)",
             )
         child = _Validator(
             text,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from e2e_support import free_port, wait_for
+from privacy_support import assert_other_user_reads_none, can_play_other_user, loose_entries
 from serve_support import ServedAirflow, port_is_free
 
 pytestmark = [pytest.mark.integration]
@@ -38,8 +39,8 @@ steps:
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One home for the module: the database is migrated once."""
-    return tmp_path_factory.mktemp("serve-home")
+    """One home for the module: the database is migrated once. Serve makes it, in a folder of its own."""
+    return tmp_path_factory.mktemp("serve-world") / "home"
 
 
 def _dags(base: Path) -> Path:
@@ -96,6 +97,14 @@ def test_serve_runs_a_workflow_through_rest_and_stops_cleanly_on_ctrl_c(
     assert "Stopped in" in serve.output()
     assert serve.left_over() == [], f"processes left after serve exited: {serve.left_over()}"
     assert port_is_free(serve.port), f"port {serve.port} is still taken after serve exited"
+
+    # The home is private: the SQLite database (the run's conf) and the task log too.
+    assert loose_entries(home) == [], "a folder that is not 0700 or a file others may read"
+    database = sorted((home / "serve").glob("airflow.db*"))  # its WAL is gone after a clean stop
+    assert any(b"from-rest" in path.read_bytes() for path in database)
+    (task_log,) = home.glob(f"serve/logs/dag_id={DAG_ID}/run_id=rest_conf_run/task_id=greet/attempt=1.log")
+    if can_play_other_user():
+        assert_other_user_reads_none(home.parent, [*database, task_log])
 
 
 @pytest.mark.timeout(120)

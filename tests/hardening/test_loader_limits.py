@@ -84,7 +84,11 @@ def test_the_defaults_are_what_the_provider_declares() -> None:
     for field in dataclasses.fields(ParseLimits):
         declared = options[ParseLimits.option_name(field.name)]
         if field.name == "allowed_folders":  # a list of folders, empty by default
-            assert (declared["default"], declared["type"], DEFAULT_LIMITS.allowed_folders) == ("", "string", ())
+            assert (declared["default"], declared["type"], DEFAULT_LIMITS.allowed_folders) == (
+                "",
+                "string",
+                (),
+            )
             continue
         assert float(declared["default"]) == getattr(DEFAULT_LIMITS, field.name), field.name
         assert declared["type"] == ("float" if field.type == "float" else "integer")

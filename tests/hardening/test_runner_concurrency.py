@@ -69,9 +69,10 @@ def test_four_runs_of_two_workflows_at_once(tmp_path: Path) -> None:
     [
         (["run", "missing.yaml", "--json"], 2, "no such workflow file: missing.yaml"),
         (["run", "broken.yaml", "--json"], 1, "Invalid workflow: "),
-        (["run", "ok.yaml", "--json", "--home", "not-a-folder"], 1, "Error: "),
+        (["run", "ok.yaml", "--json", "--home", "not-a-folder"], 1, "is not a folder; choose another"),
+        (["run", "ok.yaml", "--json", "--home", "odd-home"], 1, "IsADirectoryError: "),
     ],
-    ids=["usage-error", "invalid-workflow", "unexpected-error"],
+    ids=["usage-error", "invalid-workflow", "home-is-a-file", "unexpected-error"],
 )
 def test_json_prints_one_document_whatever_goes_wrong(
     tmp_path: Path, args: list[str], exit_code: int, error: str
@@ -79,6 +80,7 @@ def test_json_prints_one_document_whatever_goes_wrong(
     (tmp_path / "broken.yaml").write_text("name: broken\nsteps:\n  - {id: a, type: nope}\n", encoding="utf-8")
     (tmp_path / "ok.yaml").write_text(WORKFLOW.format(name="ok"), encoding="utf-8")
     (tmp_path / "not-a-folder").write_text("a file where the home should be\n", encoding="utf-8")
+    (tmp_path / "odd-home" / "airflow.db").mkdir(parents=True)  # a folder where the database should be
     proc = run_cli(*args, cwd=tmp_path, env=cli_env(tmp_path / "home"), timeout=60)
     assert proc.returncode == exit_code, proc.stderr
     document = json.loads(proc.stdout)
