@@ -139,6 +139,9 @@ if "folder" in guards_off:  # the client's check of the runner folder's owner an
     protocol._check_private = lambda fd, folder: None
 if "address" in guards_off:  # the former address: the abstract name of the home
     protocol.socket_path = lambda folder_fd: "\\0" + sys.argv[2]
+if "home" in guards_off:  # the CLI's check that the home is this user's own
+    from airflow_provider_agentloom.runner import private
+    private.ensure_private_home = lambda root: None
 from airflow_provider_agentloom.cli import main
 main(["run", "flow.yaml", "--json"])
 """
@@ -318,8 +321,9 @@ def test_a_runner_folder_another_user_made_first_is_refused(
     tmp_path: Path, victim: dict[str, Any], canary: str
 ) -> None:
     """A home in a folder everyone may write to (``/tmp``), made first by uid 4242 with its runner
-    folder and socket: the client refuses the folder. Control: without the folder check and the
-    check of who serves the socket, the canary goes to the squatter."""
+    folder and socket: the client refuses the home (the home's owner check comes first; the runner
+    folder's own check is the next wall). Control: without the home, folder and server checks, the
+    canary goes to the squatter."""
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
@@ -328,13 +332,13 @@ def test_a_runner_folder_another_user_made_first_is_refused(
     try:
         with _cli(tmp_path, victim, canary) as run:
             assert run.finish(120) == 1, run.stderr[-3000:]
-        assert f"{shared / 'home' / 'runner'} cannot be trusted: it belongs to uid {OTHER_USER}" in run.stderr
-        assert "Use a home of your own" in run.stderr
+        assert f"the agentloom home {shared / 'home'} belongs to another user (uid {OTHER_USER}" in run.stderr
+        assert "choose a folder of your own" in run.stderr
         assert not victim["ran"].exists()
         assert squatter.connections() == []
         assert canary not in squatter.text()
 
-        with _cli(tmp_path, victim, canary, "folder", "peer") as stolen:
+        with _cli(tmp_path, victim, canary, "home", "folder", "peer") as stolen:
             assert stolen.finish(60) == 0, stolen.stderr[-3000:]
         assert not victim["ran"].exists()
         assert canary in squatter.connections(1)[-1]["text"]
