@@ -15,8 +15,8 @@ _LAZY: dict[str, str] = {
     "Workflow": "airflow_provider_agentloom.workflow.models",
     "WorkflowParser": "airflow_provider_agentloom.workflow.parser",
     "load_workflow": "airflow_provider_agentloom.workflow.parser",
-    "build_dag": "airflow_provider_agentloom.dag_factory",
-    "load_workflows": "airflow_provider_agentloom.loader",
+    "build_dag": "airflow_provider_agentloom.dag.build",
+    "load_workflows": "airflow_provider_agentloom.dag.loader",
     "run_workflow": "airflow_provider_agentloom.runner",
     "RunInterrupted": "airflow_provider_agentloom.runner.interrupts",
     "RunResult": "airflow_provider_agentloom.workflow.results",
@@ -26,8 +26,8 @@ _LAZY: dict[str, str] = {
 __all__ = sorted([*_LAZY, "__version__"])
 
 if TYPE_CHECKING:
-    from airflow_provider_agentloom.dag_factory import build_dag as build_dag
-    from airflow_provider_agentloom.loader import load_workflows as load_workflows
+    from airflow_provider_agentloom.dag.build import build_dag as build_dag
+    from airflow_provider_agentloom.dag.loader import load_workflows as load_workflows
     from airflow_provider_agentloom.runner import run_workflow as run_workflow
     from airflow_provider_agentloom.runner.api import WorkflowEngine as WorkflowEngine
     from airflow_provider_agentloom.runner.interrupts import RunInterrupted as RunInterrupted

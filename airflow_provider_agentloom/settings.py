@@ -17,7 +17,11 @@ import os
 from typing import Any, TypeVar
 
 from airflow_provider_agentloom.exceptions import StepError
-from airflow_provider_agentloom.tools._kernel import KernelSandboxMode, mode_from_environment, parse_mode
+from airflow_provider_agentloom.tools.sandbox.kernel import (
+    KernelSandboxMode,
+    mode_from_environment,
+    parse_mode,
+)
 from airflow_provider_agentloom.workflow.limits import DEFAULT_LIMITS, ParseLimits, limits_from
 
 __all__ = [
@@ -141,7 +145,7 @@ def parse_cache_dir() -> str | None:
 
 def preload_modules() -> bool:
     """Return ``[agentloom] preload_modules``: whether Airflow's jobs import our modules at start
-    (see :mod:`airflow_provider_agentloom.preload`; default True)."""
+    (see :mod:`airflow_provider_agentloom.runner.warm.preload`; default True)."""
     value = option("preload_modules")
     return value is None or value.strip().lower() not in ("false", "no", "off", "0")
 

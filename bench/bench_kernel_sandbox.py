@@ -28,10 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from contract import figure, write_json
 
-from airflow_provider_agentloom.tools import ToolRegistry, _kernel, _process
+from airflow_provider_agentloom._os import process as _process
+from airflow_provider_agentloom.tools import ToolRegistry
 from airflow_provider_agentloom.tools.builtins import register_builtins
 from airflow_provider_agentloom.tools.invoke import invoke_tool
 from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+from airflow_provider_agentloom.tools.sandbox import kernel as _kernel
 
 # Bounds on the ratios, set from this machine's runs (kernel layer 0.95-1.10x; reaper 11-34x, most
 # under CPU load, which slows its Python start-up far more than a bare `sh`) with headroom. Not goals of issue 10: the reaper is a known cost (a Python start-up per command).

@@ -46,10 +46,10 @@ import json, os, resource, sys, time, tracemalloc
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 from airflow_provider_agentloom.runner.home import prepare_home
 prepare_home()
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.workflow.parser import load_workflow
 try:
-    from airflow_provider_agentloom.file_dag import load_and_build
+    from airflow_provider_agentloom.dag.from_file import load_and_build
 except ImportError:  # an older checkout: the loader's own two calls
     def load_and_build(path):
         return build_dag(load_workflow(path))

@@ -90,7 +90,7 @@ GRAPH: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 LOADER = '''"""Airflow DAG loader: every AgentLoom workflow YAML in this folder becomes a DAG."""
 
-from airflow_provider_agentloom.loader import load_workflows
+from airflow_provider_agentloom.dag.loader import load_workflows
 
 load_workflows(globals())
 '''
@@ -195,7 +195,7 @@ def drop_database(name: str) -> None:
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child, between fork and exec
     """Serve gets SIGTERM (its clean stop) if this bench is killed without its clean-up."""
-    from airflow_provider_agentloom.tools import _linux
+    from airflow_provider_agentloom._os import linux as _linux
 
     with contextlib.suppress(OSError, AttributeError):
         _linux.prctl(_linux.PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -87,7 +87,7 @@ for index in range(200):
 '''
 
 LOADER = (
-    "from airflow_provider_agentloom.loader import load_workflows  # airflow dag loader\n\n"
+    "from airflow_provider_agentloom.dag.loader import load_workflows  # airflow dag loader\n\n"
     "load_workflows(globals())\n"
 )
 
@@ -103,7 +103,7 @@ for _ in range(int(sys.argv[2])):
     bag = BundleDagBag(dag_folder=folder, bundle_path=folder, bundle_name="bench")
     times.append(time.perf_counter() - started)
     assert not bag.import_errors, bag.import_errors
-from airflow_provider_agentloom import loader
+from airflow_provider_agentloom.dag import loader
 print(json.dumps({"times": times, "dags": len(bag.dags), "parsed_files": len(loader._CACHE)}))
 """
 

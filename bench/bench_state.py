@@ -51,7 +51,7 @@ FANIN_WIDTH = 50
 LOADER = '''\
 """Airflow DAG loader of the bench: the workflows here, with a trivial tool."""
 
-from airflow_provider_agentloom.loader import load_workflows
+from airflow_provider_agentloom.dag.loader import load_workflows
 from airflow_provider_agentloom.tools import tool
 
 

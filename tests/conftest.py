@@ -70,7 +70,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     fixed places."""
     from cli_support import WARM_HOMES
 
-    from airflow_provider_agentloom.runner.daemon import client
+    from airflow_provider_agentloom.runner.warm import client
 
     # And the session home's, which a CLI started with the session's own environment would use.
     for home in sorted({*WARM_HOMES, _HOME.resolve()}):
@@ -184,7 +184,7 @@ def warm_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     processes, signals or ``AIRFLOW__*`` settings of one CLI process keeps a home of its own, and one
     that reads the home's database finds its runs by run_id or by a workflow name of its own.
     """
-    from airflow_provider_agentloom.runner.daemon import client
+    from airflow_provider_agentloom.runner.warm import client
 
     home = tmp_path_factory.mktemp("warm") / "home"
     yield home

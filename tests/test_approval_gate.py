@@ -11,7 +11,7 @@ from airflow_support import run_dag_test, task_states, xcom
 from approval_support import responder
 from spine_tools import TOOLS
 
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.runner.results import RunResultCollector
 from airflow_provider_agentloom.workflow.parser import parse_workflow_text
 

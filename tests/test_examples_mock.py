@@ -47,7 +47,7 @@ from compatibility_report import Outcome, check, render
 from tls_support import write_tls_files
 
 from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
-from airflow_provider_agentloom.runner.daemon import client
+from airflow_provider_agentloom.runner.warm import client
 
 MOCK_DEFAULT_REPLY = "Mock response"
 CORPUS_TOOLS = Path(__file__).resolve().parent / "data" / "corpus_tools"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from airflow_support import run_dag_test, task_states, xcom
 
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
 DATA = Path(__file__).parent / "data" / "implicit"

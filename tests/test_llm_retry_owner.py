@@ -18,7 +18,7 @@ import pytest
 from airflow_support import run_dag_test, task_states, xcom
 
 from airflow_provider_agentloom import WorkflowParser
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 
 _LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
 if _LLM_TESTS not in sys.path:

@@ -11,7 +11,7 @@ import pytest
 from airflow_support import run_dag_test, task_states, xcom
 
 from airflow_provider_agentloom import WorkflowEngine, WorkflowParser
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.gateway import ProviderGateway
 from airflow_provider_agentloom.llm.mock import MockProvider

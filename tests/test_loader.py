@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_agentloom import loader
+from airflow_provider_agentloom.dag import loader
 
 DAGS = Path(__file__).parents[1] / "dags"
-LOADER_PY = "from airflow_provider_agentloom.loader import load_workflows  # airflow dag loader\n\nload_workflows(globals())\n"
+LOADER_PY = "from airflow_provider_agentloom.dag.loader import load_workflows  # airflow dag loader\n\nload_workflows(globals())\n"
 
 GOOD = """name: {name}
 steps:
@@ -95,7 +95,7 @@ def test_warm_loads_reuse_the_parse_until_the_file_changes(folder: Path) -> None
 
 def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the workflow files the loader reads and validates from now on."""
-    from airflow_provider_agentloom import file_dag
+    from airflow_provider_agentloom.dag import from_file as file_dag
 
     read: list[str] = []
     real_read = file_dag.read_workflow

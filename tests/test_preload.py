@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_support import fresh_python_json
 
-from airflow_provider_agentloom.preload import TASK_MODULES, is_job_command
+from airflow_provider_agentloom.runner.warm.preload import TASK_MODULES, is_job_command
 
 PROBE = """
 import json, sys

@@ -15,7 +15,7 @@ import pytest
 from airflow_support import run_dag_test, task_states, xcom
 from spine_tools import TOOLS
 
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.runner.results import RunResultCollector
 from airflow_provider_agentloom.workflow.parser import load_workflow, parse_workflow_text
 

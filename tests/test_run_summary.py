@@ -10,7 +10,7 @@ import pytest
 from airflow_support import run_dag_test
 
 from airflow_provider_agentloom import WorkflowParser
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.ui import pages
 from airflow_provider_agentloom.workflow.results import StepResult, StepStatus, TokenUsage
 from airflow_provider_agentloom.workflow.summary import (

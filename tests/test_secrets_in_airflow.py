@@ -28,7 +28,7 @@ import pytest
 from airflow_support import run_dag_test, task_states, xcom
 
 from airflow_provider_agentloom import WorkflowParser, run_workflow
-from airflow_provider_agentloom.dag_factory import build_dag, dag_id_for
+from airflow_provider_agentloom.dag.build import build_dag, dag_id_for
 from airflow_provider_agentloom.runner.home import EmbeddedHome, default_home
 from airflow_provider_agentloom.tools import tool
 

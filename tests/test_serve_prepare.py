@@ -102,7 +102,7 @@ def test_a_loader_in_a_sub_folder_counts(tmp_path: Path) -> None:
     (tmp_path / "team").mkdir()
     theirs = tmp_path / "team" / "load.py"
     theirs.write_text(
-        "from airflow_provider_agentloom.loader import load_workflows\nload_workflows(globals())\n"
+        "from airflow_provider_agentloom.dag.loader import load_workflows\nload_workflows(globals())\n"
     )
     assert prepare.place_loader(tmp_path) == (theirs, False)
     assert sorted(p.name for p in tmp_path.glob("*.py")) == []

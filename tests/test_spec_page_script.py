@@ -95,7 +95,7 @@ IMPORTS = {
         "from airflow_provider_agentloom.tools.builtins import register_builtins"
     ),
     "from agentloom.tools.sandbox import ToolSandbox": (
-        "from airflow_provider_agentloom.tools.sandbox import ToolSandbox"
+        "from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox"
     ),
 }
 

@@ -197,7 +197,7 @@ def test_an_unexpected_error_says_so_and_keeps_its_type_without_our_frames(
     """A bug in a step (here: a KeyError out of the tool step's body) is not an error of the workflow."""
     from airflow_support import run_dag_test, task_states
 
-    from airflow_provider_agentloom.dag_factory import build_dag
+    from airflow_provider_agentloom.dag.build import build_dag
     from airflow_provider_agentloom.operators.tool import ToolStepOperator
 
     def broken_body(self: Any, context: Any, state: Any) -> Any:

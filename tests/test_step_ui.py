@@ -18,7 +18,7 @@ import pytest
 from airflow_support import run_dag_test, sync_dag, task_states
 
 from airflow_provider_agentloom import WorkflowParser
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
 _LLM_TESTS = str(Path(__file__).resolve().parent / "llm")

@@ -14,7 +14,7 @@ import pytest
 from airflow_support import run_dag_test, task_states, xcom
 from spine_tools import TOOLS
 
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.workflow.models import ToolStep
 from airflow_provider_agentloom.workflow.parser import parse_workflow_text
 from airflow_provider_agentloom.workflow.templates import MAX_FORMAT_WIDTH, MAX_RENDERED_CHARS

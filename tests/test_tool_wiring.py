@@ -9,7 +9,7 @@ import pytest
 from airflow_support import run_dag_test, xcom
 from cli_support import cli_env, run_cli
 
-from airflow_provider_agentloom.loader import load_workflows
+from airflow_provider_agentloom.dag.loader import load_workflows
 
 TOOL_MODULE = """
 from airflow_provider_agentloom.tools import tool
@@ -102,8 +102,8 @@ def test_a_shell_step_starts_its_reaper_ahead_and_ends_it_when_the_step_fails_be
     command (here a run conf key the state lacks) ends it: no process is left waiting."""
     from process_support import is_gone
 
-    from airflow_provider_agentloom.dag_factory import build_dag
-    from airflow_provider_agentloom.tools import _process
+    from airflow_provider_agentloom._os import process as _process
+    from airflow_provider_agentloom.dag.build import build_dag
     from airflow_provider_agentloom.workflow.parser import load_workflow
 
     started: list[_process._Reaper] = []

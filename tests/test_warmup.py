@@ -13,7 +13,7 @@ from cli_support import fresh_python_json
 
 PROBE = """
 import json, sys
-from airflow_provider_agentloom.runner.warmup import warm_task_path
+from airflow_provider_agentloom.runner.warm.warmup import warm_task_path
 airflow_at_import = "airflow" in sys.modules  # the runner imports it before it configures Airflow
 from airflow_provider_agentloom.workflow.models import SandboxConfig, Workflow
 from airflow._shared.observability.metrics import stats

@@ -96,9 +96,9 @@ def _through_warm_runner(argv: list[str]) -> int | None:
     None when the command runs here instead: another command, ``--no-daemon``,
     ``AGENTLOOM_NO_DAEMON=1``, or ``--help``.
     """
-    from airflow_provider_agentloom.runner.daemon import client, protocol
     from airflow_provider_agentloom.runner.home import default_home
     from airflow_provider_agentloom.runner.private import ensure_private_home
+    from airflow_provider_agentloom.runner.warm import client, protocol
 
     if not argv or argv[0] not in _WARM_COMMANDS or "--no-daemon" in argv:
         return None
@@ -224,7 +224,7 @@ def _parser() -> argparse.ArgumentParser:
     visualize.add_argument("--format", "-f", choices=["ascii", "mermaid", "dot"], default="ascii")
     visualize.set_defaults(handler=_visualize)
 
-    from airflow_provider_agentloom.serve.cli import add_serve_command
+    from airflow_provider_agentloom.cli.serve import add_serve_command
 
     add_serve_command(commands)
     schema_command.add_command(commands)
@@ -280,7 +280,7 @@ def _add_gate_options(command: argparse.ArgumentParser) -> None:
 def _validate(args: argparse.Namespace) -> int:
     """Load and build each file exactly as the dags-folder loader does (a dry run of its DAG)."""
     from airflow_provider_agentloom.cli.render import validation_report
-    from airflow_provider_agentloom.file_dag import load_and_build
+    from airflow_provider_agentloom.dag.from_file import load_and_build
     from airflow_provider_agentloom.settings import workflow_limits
     from airflow_provider_agentloom.workflow.lint import lint_workflow
     from airflow_provider_agentloom.workflow.parser import graph_of
@@ -312,7 +312,7 @@ def _print_invalid(file: str, error: WorkflowValidationError) -> None:
 def _visualize(args: argparse.Namespace) -> int:
     """Draw any valid file (every step type), read as ``validate`` reads it; its DAG is not built."""
     from airflow_provider_agentloom.cli.graph_picture import render
-    from airflow_provider_agentloom.file_dag import read_workflow
+    from airflow_provider_agentloom.dag.from_file import read_workflow
     from airflow_provider_agentloom.settings import workflow_limits
 
     workflow = read_workflow(args.file, workflow_limits())
@@ -594,8 +594,8 @@ def _runs(args: argparse.Namespace) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     """Stop the home's warm runner (its runs in progress end first)."""
-    from airflow_provider_agentloom.runner.daemon import client
     from airflow_provider_agentloom.runner.home import default_home
+    from airflow_provider_agentloom.runner.warm import client
 
     home = Path(args.home).expanduser().resolve() if args.home else default_home()
     try:

@@ -12,7 +12,7 @@ import httpx
 from airflow.sdk import BaseHook
 
 from airflow_provider_agentloom.exceptions import AgentLoomError, StepError
-from airflow_provider_agentloom.hooks._gateway import (
+from airflow_provider_agentloom.hooks.gateway import (
     CONN_TYPE,
     DEFAULT_CONN_ID,
     VENDOR_CONN_IDS,
@@ -24,7 +24,7 @@ from airflow_provider_agentloom.hooks._gateway import (
 )
 from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.errors import redact, short_detail
-from airflow_provider_agentloom.llm.http_provider import HTTPProvider
+from airflow_provider_agentloom.llm.http_client import HTTPProvider
 from airflow_provider_agentloom.tools.net import display_url
 
 __all__ = [

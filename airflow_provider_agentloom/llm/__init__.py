@@ -18,7 +18,7 @@ _LAZY: dict[str, str] = {
     "CircuitOpenError": "airflow_provider_agentloom.llm.errors",
     "FixtureError": "airflow_provider_agentloom.llm.errors",
     "GoogleProvider": "airflow_provider_agentloom.llm.google",
-    "HTTPProvider": "airflow_provider_agentloom.llm.http_provider",
+    "HTTPProvider": "airflow_provider_agentloom.llm.http_client",
     "LLMProvider": "airflow_provider_agentloom.llm.base",
     "LoopResult": "airflow_provider_agentloom.llm.loop",
     "Message": "airflow_provider_agentloom.llm.types",
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.llm.fixtures import prompt_hash as prompt_hash
     from airflow_provider_agentloom.llm.gateway import ProviderGateway as ProviderGateway
     from airflow_provider_agentloom.llm.google import GoogleProvider as GoogleProvider
-    from airflow_provider_agentloom.llm.http_provider import HTTPProvider as HTTPProvider
+    from airflow_provider_agentloom.llm.http_client import HTTPProvider as HTTPProvider
     from airflow_provider_agentloom.llm.loop import LoopResult as LoopResult
     from airflow_provider_agentloom.llm.loop import registry_executor as registry_executor
     from airflow_provider_agentloom.llm.loop import run_tool_loop as run_tool_loop

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from airflow_provider_agentloom.llm.base import StreamAccumulator, StreamDelta, StreamError
 from airflow_provider_agentloom.llm.errors import UnsupportedInputError
-from airflow_provider_agentloom.llm.http_provider import HTTPProvider
+from airflow_provider_agentloom.llm.http_client import HTTPProvider
 from airflow_provider_agentloom.llm.types import (
     AttachmentData,
     ChatRequest,

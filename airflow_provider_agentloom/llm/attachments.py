@@ -78,7 +78,7 @@ import anyio.to_thread
 from airflow_provider_agentloom.exceptions import AgentLoomError, SandboxViolationError, StepError
 from airflow_provider_agentloom.llm.types import AttachmentData
 from airflow_provider_agentloom.tools.net import ClientFactory, FetchError, client_for, fetch, size_limit
-from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
 from airflow_provider_agentloom.workflow.models import Attachment
 
 __all__ = [

@@ -7,7 +7,7 @@ from typing import Any
 from airflow_provider_agentloom.llm.anthropic import AnthropicProvider
 from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.google import GoogleProvider
-from airflow_provider_agentloom.llm.http_provider import HTTPProvider
+from airflow_provider_agentloom.llm.http_client import HTTPProvider
 from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.llm.ollama import OllamaProvider
 from airflow_provider_agentloom.llm.openai import OpenAIProvider

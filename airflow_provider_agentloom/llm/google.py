@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from airflow_provider_agentloom.llm.base import StreamAccumulator, StreamDelta, StreamError
-from airflow_provider_agentloom.llm.http_provider import HTTPProvider
+from airflow_provider_agentloom.llm.http_client import HTTPProvider
 from airflow_provider_agentloom.llm.types import (
     AttachmentData,
     ChatRequest,

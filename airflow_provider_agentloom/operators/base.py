@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_agentloom.hooks.masking import TaskSecrets
 from airflow_provider_agentloom.operators.lifecycle import StepOutcome, StepRun, StepT, brief_errors
-from airflow_provider_agentloom.operators.masking import TaskSecrets
 from airflow_provider_agentloom.operators.state_reads import in_a_task_process
 from airflow_provider_agentloom.workflow.results import META_KEY
 

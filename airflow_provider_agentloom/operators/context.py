@@ -37,8 +37,8 @@ from airflow_provider_agentloom.workflow.redaction import (
 
 if TYPE_CHECKING:
     from airflow_provider_agentloom.operators.state_reads import SourceReader
-    from airflow_provider_agentloom.tools._kernel import KernelSandboxMode
-    from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+    from airflow_provider_agentloom.tools.sandbox.kernel import KernelSandboxMode
+    from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
 
 _UNSAFE_ID = re.compile(r"[^\w.-]")
 
@@ -139,7 +139,7 @@ class WorkflowRunContext:
         found = self._children.get(step.id)
         if found is not None:
             return found
-        from airflow_provider_agentloom.dag_checks import step_task_ids
+        from airflow_provider_agentloom.dag.checks import step_task_ids
         from airflow_provider_agentloom.workflow.parser import graph_of
 
         child = step.child
@@ -247,7 +247,7 @@ class WorkflowRunContext:
         """
         if self.parent is None:
             return self.workflow.config.sandbox
-        from airflow_provider_agentloom.tools._combine import combine_sandboxes
+        from airflow_provider_agentloom.tools.sandbox.combine import combine_sandboxes
 
         return combine_sandboxes(
             self.parent.sandbox_config(base_dir), self.workflow.config.sandbox, base_dir=base_dir
@@ -389,7 +389,7 @@ class WorkflowRunContext:
 
     def _builtin_sandbox(self, base_dir: Path) -> ToolSandbox:
         """The sandbox of this scope's built-in tools: its (combined) config and the kernel layer."""
-        from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+        from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
 
         return ToolSandbox(
             **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=_kernel_sandbox()

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from airflow.sdk.exceptions import AirflowFailException, AirflowTaskTimeout
 
 from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceededError, StepError
-from airflow_provider_agentloom.operators.masking import TaskSecrets
+from airflow_provider_agentloom.hooks.masking import TaskSecrets
 from airflow_provider_agentloom.operators.state_reads import SourceReader
 from airflow_provider_agentloom.workflow.redaction import redacted_key_patterns, secret_state_keys
 from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus, TokenUsage

@@ -253,7 +253,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         if not isinstance(step, LLMCallStep) or not step.attachments:
             return []
         from airflow_provider_agentloom.llm.attachments import resolve_attachments
-        from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+        from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
 
         sandbox = ToolSandbox(**self.run_context.sandbox_config(base_dir).model_dump(), base_dir=base_dir)
         return await resolve_attachments(

@@ -133,7 +133,7 @@ def _issues(workflow: Workflow, owner: Workflow, prefix: Loc) -> list[Validation
 
 
 def _child_issues(child: Workflow, owner: Workflow, prefix: Loc) -> list[ValidationIssue]:
-    from airflow_provider_agentloom.dag_checks import task_id_issues
+    from airflow_provider_agentloom.dag.checks import task_id_issues
 
     issues = _issues(child, owner, prefix)
     for index, step in enumerate(child.steps):

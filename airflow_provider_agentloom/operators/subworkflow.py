@@ -98,7 +98,7 @@ class SubworkflowOperator(_SubworkflowTask):
     prepares_in_render: ClassVar[bool] = False  # it reads its scope's state, not a step's (below)
 
     def execute(self, context: Context) -> Any:
-        from airflow_provider_agentloom.operators.masking import TaskSecrets
+        from airflow_provider_agentloom.hooks.masking import TaskSecrets
 
         run = StepRun(self, context)
         child = self.run_context.child(self.step)

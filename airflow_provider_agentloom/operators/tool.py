@@ -42,13 +42,13 @@ class ToolStepOperator(AgentLoomStepOperator[ToolStep]):
 
     def start_work_ahead(self) -> None:
         if self._runs_a_command():  # its reaper's interpreter starts as the state is read
-            from airflow_provider_agentloom.tools._process import prestart_reaper
+            from airflow_provider_agentloom._os.process import prestart_reaper
 
             prestart_reaper()
 
     def drop_work_ahead(self) -> None:
         if self._runs_a_command():
-            from airflow_provider_agentloom.tools._process import discard_spare_reaper
+            from airflow_provider_agentloom._os.process import discard_spare_reaper
 
             discard_spare_reaper()
 

@@ -71,9 +71,9 @@ def run_workflow(
         ``KeyboardInterrupt`` at once.
     """
     if _use_runner(daemon):
-        from airflow_provider_agentloom.runner.daemon import remote
         from airflow_provider_agentloom.runner.home import default_home
         from airflow_provider_agentloom.runner.private import ensure_private_home
+        from airflow_provider_agentloom.runner.warm import remote
 
         root = Path(home).expanduser().resolve() if home is not None else default_home()
         ensure_private_home(root)  # never hand a run to another user's home
@@ -116,7 +116,7 @@ def run_workflow(
         ) from None
     model = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
 
-    from airflow_provider_agentloom.dag_factory import build_dag
+    from airflow_provider_agentloom.dag.build import build_dag
     from airflow_provider_agentloom.runner.engine import DagRunDriver
 
     dag = build_dag(
@@ -145,7 +145,7 @@ def run_workflow(
 def _use_runner(daemon: bool | None) -> bool:
     if daemon is not None:
         return daemon
-    from airflow_provider_agentloom.runner.daemon.protocol import daemon_disabled
+    from airflow_provider_agentloom.runner.warm.protocol import daemon_disabled
 
     return not daemon_disabled()
 

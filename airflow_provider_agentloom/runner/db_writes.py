@@ -15,7 +15,7 @@ import logging
 import os
 from pathlib import Path
 
-from airflow_provider_agentloom.tools import _linux
+from airflow_provider_agentloom._os import linux as _linux
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from airflow_provider_agentloom.runner.processes import (
 )
 from airflow_provider_agentloom.runner.results import ProgressCallback, RunResultCollector
 from airflow_provider_agentloom.runner.runs import RunLedger, RunOwner, fail_dag_run, home_lock
-from airflow_provider_agentloom.runner.warmup import warm_task_path
+from airflow_provider_agentloom.runner.warm.warmup import warm_task_path
 from airflow_provider_agentloom.workflow.results import RunResult
 
 if TYPE_CHECKING:

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom._os import linux as _linux
+from airflow_provider_agentloom._os.proctree import kill_own_tree, kill_tree
 from airflow_provider_agentloom.runner.private import FILE_MODE, PRIVATE_UMASK
-from airflow_provider_agentloom.tools import _linux
-from airflow_provider_agentloom.tools._proctree import kill_own_tree, kill_tree
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom._os.proctree import boot_id, process_start_ticks
 from airflow_provider_agentloom.runner.private import make_private_dirs, open_private, write_atomically
-from airflow_provider_agentloom.tools._proctree import boot_id, process_start_ticks
 
 log = logging.getLogger(__name__)
 

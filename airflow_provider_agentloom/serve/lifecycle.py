@@ -117,7 +117,7 @@ def serve(options: ServeOptions, cwd: Path) -> int:
             return _watch(stack, signals, started, "\n".join(lines), tail_of)
         finally:
             if runner_started:
-                from airflow_provider_agentloom.runner.daemon import client
+                from airflow_provider_agentloom.runner.warm import client
 
                 client.stop(runner_home, wait=STOP_GRACE_SECONDS)
     except BaseException:
@@ -132,7 +132,7 @@ def _keep_runner_warm(runner_home: Path) -> bool | None:
     True when serve started it (and stops it at the end), False when one already ran, None when
     ``AGENTLOOM_NO_DAEMON`` is set or it could not start (``agentloom run`` then starts its own).
     """
-    from airflow_provider_agentloom.runner.daemon import client, protocol
+    from airflow_provider_agentloom.runner.warm import client, protocol
 
     if protocol.daemon_disabled():
         return None

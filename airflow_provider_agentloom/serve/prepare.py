@@ -32,7 +32,7 @@ USER = "admin"
 LOADER_NAMES = ("agentloom_dags.py", "agentloom_serve_dags.py")
 LOADER_TEXT = '''"""Airflow DAG loader (written by agentloom serve): each workflow YAML here is a DAG."""
 
-from airflow_provider_agentloom.loader import load_workflows
+from airflow_provider_agentloom.dag.loader import load_workflows
 
 load_workflows(globals())
 '''

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from airflow_provider_agentloom._os import linux as _linux
+from airflow_provider_agentloom._os.proctree import descendants, send_signal
 from airflow_provider_agentloom.runner.private import (
     PRIVATE_UMASK,
     make_private_dirs,
@@ -41,8 +43,6 @@ from airflow_provider_agentloom.runner.private import (
     write_atomically,
 )
 from airflow_provider_agentloom.serve import watchdog
-from airflow_provider_agentloom.tools import _linux
-from airflow_provider_agentloom.tools._proctree import descendants, send_signal
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 _ARGUMENTS = {"scheduler": ("--skip-serve-logs",), "triggerer": ("--skip-serve-logs",)}

@@ -10,12 +10,12 @@ from typing import Any
 
 import anyio.to_thread
 
-from airflow_provider_agentloom.tools._kernel import KernelPlan, check_report, plan_for
-from airflow_provider_agentloom.tools._network import shown_url
-from airflow_provider_agentloom.tools._process import run_shell
+from airflow_provider_agentloom._os.process import run_shell
 from airflow_provider_agentloom.tools.base import BaseTool, JSONSchema, approx_size, describe_value, text_size
 from airflow_provider_agentloom.tools.registry import ToolRegistry
-from airflow_provider_agentloom.tools.sandbox import StrPath, ToolSandbox
+from airflow_provider_agentloom.tools.sandbox.hosts import shown_url
+from airflow_provider_agentloom.tools.sandbox.kernel import KernelPlan, check_report, plan_for
+from airflow_provider_agentloom.tools.sandbox.policy import StrPath, ToolSandbox
 
 log = logging.getLogger(__name__)
 

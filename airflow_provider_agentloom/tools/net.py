@@ -42,14 +42,14 @@ import httpcore
 import httpx
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
-from airflow_provider_agentloom.tools._network import (
+from airflow_provider_agentloom.tools.sandbox.hosts import (
     HostError,
     NetworkTarget,
     display_url,
     normalize_host,
     shown_url,
 )
-from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
 from airflow_provider_agentloom.workflow.models import SandboxConfig, WebhookConfig
 from airflow_provider_agentloom.workflow.redaction import Mask, SecretMasker
 

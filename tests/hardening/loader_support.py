@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 LOADER_PY = (
-    "from airflow_provider_agentloom.loader import load_workflows  # airflow dag loader\n\n"
+    "from airflow_provider_agentloom.dag.loader import load_workflows  # airflow dag loader\n\n"
     "load_workflows(globals())\n"
 )
 LOADER_FILE = "agentloom_dags.py"
@@ -31,7 +31,7 @@ STEP = "  - {id: one, type: tool, tool_name: shell_command, tool_args: {command:
 
 def dags_folder(base: Path) -> Path:
     """A dags folder holding the one-line loader and one valid workflow, as a user's would."""
-    from airflow_provider_agentloom import loader
+    from airflow_provider_agentloom.dag import loader
 
     folder = base / "dags"
     folder.mkdir()

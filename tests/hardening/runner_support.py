@@ -15,7 +15,7 @@ from typing import Any
 from cli_support import CLI, cli_env
 from process_support import kill_marked, left_behind, new_marker
 
-from airflow_provider_agentloom.runner.daemon import client
+from airflow_provider_agentloom.runner.warm import client
 
 MARKER_VARIABLE = "AGENTLOOM_TEST_MARKER"
 

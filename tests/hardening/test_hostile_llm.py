@@ -35,9 +35,9 @@ from hostile_llm_support import (
 from llm_loopback import LoopbackServer, SeenRequest
 
 from airflow_provider_agentloom import WorkflowEngine, WorkflowParser
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.exceptions import LLMHTTPError, StepError
-from airflow_provider_agentloom.hooks._gateway import (
+from airflow_provider_agentloom.hooks.gateway import (
     build_gateway,
     provider_from_settings,
     settings_from_connection,

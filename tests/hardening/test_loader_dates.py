@@ -16,7 +16,7 @@ from cli_support import cli_env, run_cli
 from loader_support import assert_all_serialize, assert_good_dag_loads, bag_of, dags_folder, write
 from spine_tools import TOOLS
 
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
 TESTS = Path(__file__).resolve().parents[1]

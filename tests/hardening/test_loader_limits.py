@@ -26,9 +26,9 @@ from loader_support import (
     write,
 )
 
-from airflow_provider_agentloom import loader
+from airflow_provider_agentloom.dag import loader
+from airflow_provider_agentloom.dag.from_file import load_and_build
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
-from airflow_provider_agentloom.file_dag import load_and_build
 from airflow_provider_agentloom.get_provider_info import get_provider_info
 from airflow_provider_agentloom.settings import workflow_limits
 from airflow_provider_agentloom.workflow.limits import DEFAULT_LIMITS, ParseLimits

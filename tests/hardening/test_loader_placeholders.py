@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from loader_support import GOOD_DAG, STEP, assert_good_dag_loads, bag_of, dags_folder, placeholders, write
 
-from airflow_provider_agentloom import loader
+from airflow_provider_agentloom.dag import loader
 
 BROKEN_NO_NAME = "steps:\n  - {id: a, type: tool, tool_nam: x}\n"
 

@@ -36,9 +36,9 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from loader_support import GOOD_DAG, dags_folder, laughs
 from shared_paths import EXAMPLES
 
-from airflow_provider_agentloom import loader
+from airflow_provider_agentloom.dag import loader
+from airflow_provider_agentloom.dag.from_file import BuiltWorkflow, load_and_build
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
-from airflow_provider_agentloom.file_dag import BuiltWorkflow, load_and_build
 
 # Hypothesis caches what it learns from our source under a home of its own: a temporary folder
 # (removed at exit), not ``.hypothesis`` in the directory the tests run from.

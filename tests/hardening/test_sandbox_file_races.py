@@ -21,8 +21,8 @@ import pytest
 from sandbox_support import RunTree, make_tree, registry
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
-from airflow_provider_agentloom.tools import _safe_open
 from airflow_provider_agentloom.tools.invoke import invoke_tool
+from airflow_provider_agentloom.tools.sandbox import safe_open as _safe_open
 
 pytestmark = pytest.mark.anyio
 

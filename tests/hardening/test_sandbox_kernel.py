@@ -26,13 +26,14 @@ from process_support import wait_for_processes
 from sandbox_support import PYTHON_BIN, RunTree, make_tree, python_command
 
 from airflow_provider_agentloom import exceptions, settings
-from airflow_provider_agentloom.dag_factory import build_dag
+from airflow_provider_agentloom._os.process import REAPER, _read_status, run_shell
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.get_provider_info import get_provider_info
-from airflow_provider_agentloom.tools import ToolRegistry, _kernel
-from airflow_provider_agentloom.tools._process import REAPER, _read_status, run_shell
+from airflow_provider_agentloom.tools import ToolRegistry
 from airflow_provider_agentloom.tools.invoke import invoke_tool
-from airflow_provider_agentloom.tools.sandbox import KernelSandboxError, ToolSandbox
+from airflow_provider_agentloom.tools.sandbox import kernel as _kernel
+from airflow_provider_agentloom.tools.sandbox.policy import KernelSandboxError, ToolSandbox
 from airflow_provider_agentloom.workflow.parser import parse_workflow_text
 
 ABI, WHY = _kernel.landlock_abi()
@@ -274,7 +275,7 @@ async def test_auto_where_the_kernel_has_no_landlock_runs_and_logs_once(
     monkeypatch.setattr(_kernel, "landlock_abi", lambda: (0, "pretend: no Landlock here"))
     monkeypatch.setattr(_kernel, "_logged", set())
     tools = task_tools("auto")
-    with caplog.at_level(logging.WARNING, logger="airflow_provider_agentloom.tools.sandbox"):
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_agentloom.tools.sandbox.policy"):
         first = await shell(tools, "cat ../out/old.txt", "data")
         await shell(tools, "cat ../out/old.txt", "data")
     assert first["stdout"] == "written earlier\n"  # the string checks only, as the page has them

@@ -20,8 +20,8 @@ import pytest
 from process_support import processes_with, wait_for_count, wait_for_processes
 from sandbox_support import PYTHON_BIN, make_tree, python_command, registry
 
-from airflow_provider_agentloom.tools._process import CommandResult, run_shell
-from airflow_provider_agentloom.tools._reaper import cgroup_dir_for
+from airflow_provider_agentloom._os.process import CommandResult, run_shell
+from airflow_provider_agentloom._os.reaper import cgroup_dir_for
 from airflow_provider_agentloom.tools.invoke import invoke_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
@@ -206,7 +206,7 @@ def reaper_of(pid: int) -> int:
 TASK_PROCESS = textwrap.dedent(
     """
     import anyio, sys
-    from airflow_provider_agentloom.tools._process import CommandResult, run_shell
+    from airflow_provider_agentloom._os.process import CommandResult, run_shell
     command = "setsid -f sleep {marker}; sh -c '(sleep {marker} &)'; sleep {marker}"
     anyio.run(lambda: run_shell(command, cwd=sys.argv[1], env=None, timeout=600))
     """
@@ -246,7 +246,7 @@ async def test_a_command_signalling_its_own_group_does_not_stop_its_reaper(
 async def test_a_reaper_started_ahead_runs_the_next_command_in_its_folder_and_environment(
     tmp_path: Path, marker: str
 ) -> None:
-    from airflow_provider_agentloom.tools import _process
+    from airflow_provider_agentloom._os import process as _process
 
     _process.prestart_reaper()
     spare = _process._spare
@@ -265,7 +265,7 @@ async def test_a_reaper_started_ahead_runs_the_next_command_in_its_folder_and_en
 
 
 async def test_an_unused_reaper_started_ahead_is_ended_and_a_killed_one_is_replaced(tmp_path: Path) -> None:
-    from airflow_provider_agentloom.tools import _process
+    from airflow_provider_agentloom._os import process as _process
 
     _process.prestart_reaper()
     unused = _process._spare

@@ -13,12 +13,12 @@ import pytest
 from sandbox_support import make_tree, registry
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
-from airflow_provider_agentloom.tools._commands import (
+from airflow_provider_agentloom.tools.invoke import invoke_tool
+from airflow_provider_agentloom.tools.sandbox.commands import (
     INTERPRETERS_AND_LAUNCHERS,
     MORE_LAUNCHERS,
     launcher_name,
 )
-from airflow_provider_agentloom.tools.invoke import invoke_tool
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ from cli_support import cli_env, python_json
 from process_support import is_gone, left_behind, new_marker, processes_with, wait_for_processes
 from runner_support import CliRun, run_states, stop_and_check_nothing_left, wait_for
 
-from airflow_provider_agentloom.runner.daemon import client, protocol
+from airflow_provider_agentloom.runner.warm import client, protocol
 
 PACKAGE = Path(client.__file__).resolve().parents[2]
 
@@ -126,7 +126,7 @@ def test_the_runner_imports_the_clients_package_whatever_folder_the_client_runs_
 CLIENT_OF_ANOTHER_COPY = """\
 import sys
 from pathlib import Path
-from airflow_provider_agentloom.runner.daemon import client
+from airflow_provider_agentloom.runner.warm import client
 client._PACKAGE_PARENT = Path(sys.argv[1])  # the folder the runner is started in
 try:
     client.run_command(["runs"], Path(sys.argv[2]))
@@ -183,7 +183,7 @@ def test_the_console_script_and_the_python_command_of_one_environment_share_the_
 CLIENT_STARTING_IN = """\
 import sys
 from pathlib import Path
-from airflow_provider_agentloom.runner.daemon import client
+from airflow_provider_agentloom.runner.warm import client
 client._PACKAGE_PARENT = Path(sys.argv[1])  # the folder the runner is started in
 from airflow_provider_agentloom.cli import main
 main(["run", "flow.yaml", "--json"])
@@ -331,7 +331,7 @@ def test_no_daemon_runs_in_the_calling_process_and_starts_no_runner(tmp_path: Pa
 CALLER = """
 import json, os, sys, threading
 sys.path.insert(0, os.environ["TOOLS_DIR"])
-from airflow_provider_agentloom.dag_factory import build_dag  # Airflow is now configured elsewhere
+from airflow_provider_agentloom.dag.build import build_dag  # Airflow is now configured elsewhere
 import anyio
 from airflow_provider_agentloom import WorkflowEngine, WorkflowParser, run_workflow
 from airflow_provider_agentloom.runner.home import HomeConflictError

@@ -21,10 +21,10 @@ from airflow_provider_agentloom.exceptions import (
     WorkflowValidationError,
 )
 from airflow_provider_agentloom.operators.context import LLMOptions
-from airflow_provider_agentloom.runner.daemon import shipping
-from airflow_provider_agentloom.runner.daemon.shipping import Unshippable
 from airflow_provider_agentloom.runner.home import HomeConflictError
 from airflow_provider_agentloom.runner.interrupts import RunInterrupted
+from airflow_provider_agentloom.runner.warm import shipping
+from airflow_provider_agentloom.runner.warm.shipping import Unshippable
 from airflow_provider_agentloom.tools import ToolRegistry, tool
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.builtins import register_builtins

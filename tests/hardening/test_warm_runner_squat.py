@@ -36,7 +36,7 @@ from cli_support import CLI, cli_env
 from process_support import is_gone, new_marker
 from runner_support import CliRun, stop_and_check_nothing_left, wait_for
 
-from airflow_provider_agentloom.runner.daemon import protocol
+from airflow_provider_agentloom.runner.warm import protocol
 
 OTHER_USER = 4242
 
@@ -131,7 +131,7 @@ while time.monotonic() < deadline:
 
 PATCHED_CLIENT = """
 import sys
-from airflow_provider_agentloom.runner.daemon import protocol
+from airflow_provider_agentloom.runner.warm import protocol
 guards_off = sys.argv[1].split(",")
 if "peer" in guards_off:  # the client's check of the socket file and of the uid serving it
     protocol.check_server = lambda sock, folder_fd, folder: None
@@ -148,7 +148,7 @@ main(["run", "flow.yaml", "--json"])
 
 API_CLIENT = """
 import json, sys
-from airflow_provider_agentloom.runner.daemon import protocol
+from airflow_provider_agentloom.runner.warm import protocol
 if sys.argv[1] == "off":
     protocol.check_server = lambda sock, folder_fd, folder: None
 from airflow_provider_agentloom import run_workflow

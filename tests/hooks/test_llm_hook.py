@@ -12,7 +12,7 @@ import pytest
 from airflow.sdk import BaseHook
 
 from airflow_provider_agentloom.exceptions import LLMHTTPError, StepError
-from airflow_provider_agentloom.hooks import _gateway
+from airflow_provider_agentloom.hooks import gateway as _gateway
 from airflow_provider_agentloom.hooks.llm import AgentLoomLLMHook
 from airflow_provider_agentloom.llm import (
     AnthropicProvider,

@@ -10,7 +10,7 @@ from llm_loopback import Reply, SeenRequest, ndjson, sse
 
 from airflow_provider_agentloom.llm.anthropic import AnthropicProvider
 from airflow_provider_agentloom.llm.google import GoogleProvider
-from airflow_provider_agentloom.llm.http_provider import HTTPProvider
+from airflow_provider_agentloom.llm.http_client import HTTPProvider
 from airflow_provider_agentloom.llm.ollama import OllamaProvider
 from airflow_provider_agentloom.llm.openai import OpenAIProvider
 

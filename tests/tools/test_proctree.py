@@ -16,7 +16,7 @@ import textwrap
 import pytest
 from process_support import processes_with, wait_for_count, wait_for_processes
 
-from airflow_provider_agentloom.tools import _proctree
+from airflow_provider_agentloom._os import proctree as _proctree
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux /proc only")
 
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux /proc onl
 SUBREAPER = textwrap.dedent(
     """
     import json, os, subprocess, sys, time
-    from airflow_provider_agentloom.tools import _linux, _proctree
+    from airflow_provider_agentloom._os import linux as _linux
+    from airflow_provider_agentloom._os import proctree as _proctree
     marker = sys.argv[1]
     _linux.prctl(_linux.PR_SET_CHILD_SUBREAPER, 1)
     subprocess.Popen(["sh", "-c", f"setsid sleep {marker} & (sleep {marker} &) ; exec sleep {marker}"])
@@ -162,7 +163,8 @@ def test_start_ticks_and_boot_id_identify_this_process() -> None:
 DIES_HALF_WAY = textwrap.dedent(
     """
     import os, subprocess, sys, time
-    from airflow_provider_agentloom.tools import _linux, _proctree
+    from airflow_provider_agentloom._os import linux as _linux
+    from airflow_provider_agentloom._os import proctree as _proctree
     marker, how = sys.argv[1], sys.argv[2]
     _linux.prctl(_linux.PR_SET_CHILD_SUBREAPER, 1)
     quiet = subprocess.DEVNULL  # what is left must not hold the test's pipes open

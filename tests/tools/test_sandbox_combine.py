@@ -8,7 +8,7 @@ import pytest
 from tools_support import FakeResolver, Tree
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
-from airflow_provider_agentloom.tools.sandbox import ToolSandbox, combine_sandboxes
+from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox, combine_sandboxes
 from airflow_provider_agentloom.workflow.models import SandboxConfig
 
 

@@ -209,7 +209,7 @@ def test_tools_and_observability_import_neither_airflow_nor_the_sdk() -> None:
     code = (
         "import sys\n"
         "import airflow_provider_agentloom.observability\n"
-        "import airflow_provider_agentloom.tools.sandbox\n"
+        "import airflow_provider_agentloom.tools.sandbox.policy\n"
         "import airflow_provider_agentloom.tools.builtins\n"
         "import airflow_provider_agentloom.tools.invoke\n"
         "prefixes = ('airflow.', 'opentelemetry.sdk')\n"

@@ -1,4 +1,4 @@
-"""``python -m airflow_provider_agentloom.runner.daemon --home DIR``: start a home's warm runner."""
+"""``python -m airflow_provider_agentloom.runner.warm --home DIR``: start a home's warm runner."""
 
 from __future__ import annotations
 
@@ -19,6 +19,6 @@ def _drop_repeated_path_entries() -> None:
 
 _drop_repeated_path_entries()
 
-from airflow_provider_agentloom.runner.daemon.server import main  # noqa: E402  (after the path is fixed)
+from airflow_provider_agentloom.runner.warm.server import main  # noqa: E402  (after the path is fixed)
 
 sys.exit(main())

@@ -37,8 +37,8 @@ import sys
 log = logging.getLogger(__name__)
 
 TASK_MODULES = (
-    "airflow_provider_agentloom.loader",
-    "airflow_provider_agentloom.dag_factory",
+    "airflow_provider_agentloom.dag.loader",
+    "airflow_provider_agentloom.dag.build",
     "airflow_provider_agentloom.operators.registry",
     "airflow_provider_agentloom.operators.tool",
     "airflow_provider_agentloom.operators.llm",
@@ -47,7 +47,7 @@ TASK_MODULES = (
     "airflow_provider_agentloom.operators.approval",
     "airflow_provider_agentloom.tools.builtins",
     "airflow_provider_agentloom.tools.invoke",
-    "airflow_provider_agentloom.tools.sandbox",
+    "airflow_provider_agentloom.tools.sandbox.policy",
     "airflow_provider_agentloom.observability",
     "anyio._backends._asyncio",
 )

@@ -1,6 +1,6 @@
 """The kernel layer of ``shell_command``: the ``kernel_sandbox`` mode and the Landlock plan of a sandbox.
 
-The plan is what the reaper (``tools/_reaper.py``) enforces on the command with Landlock, and
+The plan is what the reaper (``_os/reaper.py``) enforces on the command with Landlock, and
 whether it gets a network namespace of its own. It is built from the sandbox's lists and adds only
 what a program needs to start; see the README's "Kernel layer" for what it grants and why.
 """
@@ -15,13 +15,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_provider_agentloom._os import linux as ll
 from airflow_provider_agentloom.exceptions import KernelSandboxError
-from airflow_provider_agentloom.tools import _linux as ll
 
 if TYPE_CHECKING:
-    from airflow_provider_agentloom.tools.sandbox import ToolSandbox
+    from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
 
-log = logging.getLogger("airflow_provider_agentloom.tools.sandbox")
+log = logging.getLogger("airflow_provider_agentloom.tools.sandbox.policy")
 
 KernelSandboxMode = Literal["auto", "required", "off"]
 MODES: tuple[KernelSandboxMode, ...] = ("auto", "required", "off")

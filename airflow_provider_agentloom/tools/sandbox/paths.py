@@ -6,9 +6,9 @@ import logging
 import os
 from collections.abc import Iterable
 
-from airflow_provider_agentloom.tools._network import HostError, normalize_host
+from airflow_provider_agentloom.tools.sandbox.hosts import HostError, normalize_host
 
-log = logging.getLogger("airflow_provider_agentloom.tools.sandbox")
+log = logging.getLogger("airflow_provider_agentloom.tools.sandbox.policy")
 
 
 def resolve_path(base_dir: str, path: str) -> str:

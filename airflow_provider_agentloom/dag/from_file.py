@@ -74,7 +74,7 @@ def build_workflow_dag(
     workflow: Workflow, *, tools: Iterable[BaseTool] = (), working_dir: str | None = None
 ) -> DAG | WorkflowValidationError:
     """Build the DAG of a loaded workflow and validate it as the DagBag will; never raises ``Exception``."""
-    from airflow_provider_agentloom.dag_factory import build_dag
+    from airflow_provider_agentloom.dag.build import build_dag
 
     source = workflow.source_path or "<string>"
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from airflow_provider_agentloom.preload import TASK_MODULES, preload
+from airflow_provider_agentloom.runner.warm.preload import TASK_MODULES, preload
 
 log = logging.getLogger(__name__)
 

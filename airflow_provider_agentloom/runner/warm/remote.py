@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from airflow_provider_agentloom.runner.daemon import client, protocol, shipping
-from airflow_provider_agentloom.runner.daemon.shipping import Unshippable
+from airflow_provider_agentloom.runner.warm import client, protocol, shipping
+from airflow_provider_agentloom.runner.warm.shipping import Unshippable
 
 __all__ = ["Unshippable", "call_in_runner", "serve_call"]
 

@@ -1,9 +1,9 @@
 """Find, stop and kill a process with every process below it, detached ones included (Linux ``/proc``).
 
-The one implementation for the reaper of ``shell_command`` (``tools/_reaper.py``), for
-``tools/_process.py`` and for the runner's supervisors (``runner/processes.py``). Standard library
+The one implementation for the reaper of ``shell_command`` (``_os/reaper.py``), for
+``_os/process.py`` and for the runner's supervisors (``runner/processes.py``). Standard library
 only, and no import of the package: the reaper runs in a ``python -I -S`` process that loads this
-file by its path, as it loads ``_linux.py``.
+file by its path, as it loads ``linux.py``.
 
 Descendants are found by parent pid, not by process group or session: ``setsid`` leaves both.
 A child subreaper's orphans are re-parented to it, so they stay in its tree. Without ``/proc``

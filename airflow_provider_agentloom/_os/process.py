@@ -1,6 +1,6 @@
 """Run ``sh -c`` under a reaper process and leave no process behind, whatever the command started.
 
-On Linux each command runs below ``tools/_reaper.py`` (a ``python -I -S`` process of its own): a
+On Linux each command runs below ``_os/reaper.py`` (a ``python -I -S`` process of its own): a
 child subreaper that applies the kernel layer, kills every descendant when the command's main
 process exits, and dies with the task process. Elsewhere the command runs in a session of its own
 and its process group and ``/proc`` descendants are killed, as before.
@@ -28,15 +28,15 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from airflow_provider_agentloom.tools._proctree import kill_tree, send_signal
-from airflow_provider_agentloom.tools._reaper import cgroup_dir_for, kill_cgroup, remove_cgroup
+from airflow_provider_agentloom._os.proctree import kill_tree, send_signal
+from airflow_provider_agentloom._os.reaper import cgroup_dir_for, kill_cgroup, remove_cgroup
 
-_TOOLS = os.path.dirname(os.path.abspath(__file__))
-REAPER = os.path.join(_TOOLS, "_reaper.py")
+_FLOOR = os.path.dirname(os.path.abspath(__file__))
+REAPER = os.path.join(_FLOOR, "reaper.py")
 #: How the reaper is started: imported from its folder, so that its bytecode is cached.
 REAPER_COMMAND = (
     sys.executable, "-I", "-S", "-c",
-    "import sys; sys.path.insert(0, sys.argv[1]); import _reaper; sys.exit(_reaper.main())", _TOOLS,
+    "import sys; sys.path.insert(0, sys.argv[1]); import reaper; sys.exit(reaper.main())", _FLOOR,
 )  # fmt: skip
 #: How long a reaper told to stop may take to kill the command's processes before it is killed.
 STOP_GRACE_SECONDS = 5.0
@@ -110,7 +110,7 @@ class _Reaper:
         try:
             process = subprocess.Popen(
                 list(REAPER_COMMAND),
-                cwd=_TOOLS,  # the command's own folder is in its spec
+                cwd=_FLOOR,  # the command's own folder is in its spec
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

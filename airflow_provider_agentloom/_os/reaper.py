@@ -1,10 +1,10 @@
 """Supervise one ``shell_command``: start ``sh -c`` under the kernel sandbox, then kill all it left.
 
-``tools/_process.py`` starts it in ``python -I -S``: a fresh, single-threaded interpreter (the task
+``_os/process.py`` starts it in ``python -I -S``: a fresh, single-threaded interpreter (the task
 process has threads, so it never forks to run Python code), which imports this file and its
-siblings ``_linux.py`` and ``_proctree.py`` from their folder, not as the package (so their
+siblings ``linux.py`` and ``proctree.py`` from their folder, not as the package (so their
 bytecode is cached: compiling them took 3 ms of every command), and calls :func:`main`. Standard
-library only; ``python -I -S _reaper.py`` runs it too. The protocol:
+library only; ``python -I -S reaper.py`` runs it too. The protocol:
 
 - stdin: one ``marshal``-ed dict (the spec: command, environment, working folder, parent pid,
   status descriptor, Landlock plan, network namespace, cgroup, clone3, required), then end of
@@ -46,12 +46,12 @@ _MESSAGE_LIMIT = 1000  # a status line stays below PIPE_BUF, so lines never inte
 
 
 if TYPE_CHECKING or __package__:
-    from airflow_provider_agentloom.tools import _linux
+    from airflow_provider_agentloom._os import linux as _linux
 else:  # started as the reaper: the package is not importable under -I -S, but this folder's files are
     _HERE = os.path.dirname(os.path.abspath(__file__))
     if sys.path[:1] != [_HERE]:
         sys.path.insert(0, _HERE)
-    import _linux  # imported, not read and compiled: its bytecode is cached like any module's
+    import linux as _linux  # imported, not read and compiled: its bytecode is cached like any module's
 
 
 # -------------------------------------------------------------------------------------- cgroups
@@ -302,9 +302,9 @@ def _kill_tree() -> list[int]:
     loading it would add 3% to the reaper's start-up.
     """
     if TYPE_CHECKING or __package__:
-        from airflow_provider_agentloom.tools import _proctree
+        from airflow_provider_agentloom._os import proctree as _proctree
     else:
-        import _proctree
+        import proctree as _proctree
     return _proctree.kill_tree(os.getpid(), include_root=False)
 
 

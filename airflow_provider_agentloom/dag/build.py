@@ -5,7 +5,7 @@ recursively, between a ``__start__`` and an ``__end__`` task (see ``operators.su
 
 ``build_dag`` does no I/O and reads no Airflow configuration: it runs at every parse of the
 dags folder and at every task start on the workers. What Airflow itself would refuse (ids, tags,
-the schedule) is refused first by :mod:`~airflow_provider_agentloom.dag_checks`, with the line.
+the schedule) is refused first by :mod:`~airflow_provider_agentloom.dag.checks`, with the line.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, Param, TaskGroup, TriggerRule
 from airflow.sdk.definitions.asset import BaseAsset
 
-from airflow_provider_agentloom.dag_checks import check_params, check_schedule, check_workflow
+from airflow_provider_agentloom.dag.checks import check_params, check_schedule, check_workflow
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.context import (
     ENTER_TASK,

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_agentloom.tools._paths import domain_entry, is_under, resolve_path
+from airflow_provider_agentloom.tools.sandbox.paths import domain_entry, is_under, resolve_path
 from airflow_provider_agentloom.workflow.models import SandboxConfig
 
 StrPath = str | os.PathLike[str]

@@ -64,14 +64,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_provider_agentloom.exceptions import StepError
+from airflow_provider_agentloom.hooks.masking import register_secret
 from airflow_provider_agentloom.llm.base import LLMProvider
 from airflow_provider_agentloom.llm.errors import FixtureError, redact
 from airflow_provider_agentloom.llm.factory import VENDORS, create_provider
 from airflow_provider_agentloom.llm.gateway import ProviderGateway, RetryScope
-from airflow_provider_agentloom.llm.http_provider import HTTPProvider
+from airflow_provider_agentloom.llm.http_client import HTTPProvider
 from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.llm.recording import RecordingProvider
-from airflow_provider_agentloom.operators.masking import register_secret
 from airflow_provider_agentloom.settings import llm_max_reply_bytes, llm_request_timeout, positive_number
 from airflow_provider_agentloom.tools.net import display_url
 from airflow_provider_agentloom.workflow.redaction import Mask

@@ -26,8 +26,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from airflow_provider_agentloom.runner.daemon import protocol
-from airflow_provider_agentloom.runner.daemon.protocol import RunnerNotTrusted, RunnerUnavailable
+from airflow_provider_agentloom.runner.warm import protocol
+from airflow_provider_agentloom.runner.warm.protocol import RunnerNotTrusted, RunnerUnavailable
 
 __all__ = ["RunnerNotTrusted", "RunnerUnavailable", "connect", "ensure_running", "hand_over", "run_command"]
 
@@ -180,7 +180,7 @@ def _starting(home: Path) -> Iterator[None]:
 
 def _launch(home: Path, idle_timeout: float | None = None, owner: int | None = None) -> None:
     """Start the home's runner; return once it holds the home's socket (or another one does)."""
-    command = [sys.executable, "-m", "airflow_provider_agentloom.runner.daemon", "--home", str(home)]
+    command = [sys.executable, "-m", "airflow_provider_agentloom.runner.warm", "--home", str(home)]
     if idle_timeout is not None:
         command += ["--idle-timeout", str(idle_timeout)]
     if owner is not None:

@@ -22,8 +22,8 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from airflow_provider_agentloom.tools import _linux
-from airflow_provider_agentloom.tools._paths import is_under
+from airflow_provider_agentloom._os import linux as _linux
+from airflow_provider_agentloom.tools.sandbox.paths import is_under
 
 _BENEATH = _linux.RESOLVE_BENEATH | _linux.RESOLVE_NO_MAGICLINKS
 # O_PATH (Linux) opens a directory without needing its read permission; elsewhere, O_RDONLY.

@@ -8,17 +8,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from airflow_provider_agentloom.exceptions import KernelSandboxError, SandboxViolationError
-from airflow_provider_agentloom.tools import _safe_open
-from airflow_provider_agentloom.tools._combine import combine_sandboxes
-from airflow_provider_agentloom.tools._commands import (
+from airflow_provider_agentloom.tools.sandbox import safe_open as _safe_open
+from airflow_provider_agentloom.tools.sandbox.combine import combine_sandboxes
+from airflow_provider_agentloom.tools.sandbox.commands import (
     find_expansion,
     find_operator,
     launcher_name,
     path_candidates,
     split_words,
 )
-from airflow_provider_agentloom.tools._kernel import KernelSandboxMode, mode_from_environment, parse_mode
-from airflow_provider_agentloom.tools._network import (
+from airflow_provider_agentloom.tools.sandbox.hosts import (
     WEB_SCHEMES,
     HostError,
     NetworkTarget,
@@ -30,7 +29,12 @@ from airflow_provider_agentloom.tools._network import (
     split_url,
     system_resolver,
 )
-from airflow_provider_agentloom.tools._paths import domain_entry, is_under, is_under_any, resolve_path
+from airflow_provider_agentloom.tools.sandbox.kernel import (
+    KernelSandboxMode,
+    mode_from_environment,
+    parse_mode,
+)
+from airflow_provider_agentloom.tools.sandbox.paths import domain_entry, is_under, is_under_any, resolve_path
 from airflow_provider_agentloom.workflow.models import SandboxConfig
 
 __all__ = [

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_agentloom.runner.daemon import protocol
+from airflow_provider_agentloom.runner.warm import protocol
 
 
 def _say(message: str) -> None:
@@ -140,7 +140,7 @@ class WarmRunner:
         """Import and configure Airflow on the home, start the API server, load the task path."""
         from airflow_provider_agentloom.runner import _quiet_known_warnings, processes
         from airflow_provider_agentloom.runner.home import prepare_home
-        from airflow_provider_agentloom.runner.warmup import warm_task_path
+        from airflow_provider_agentloom.runner.warm.warmup import warm_task_path
 
         _quiet_known_warnings()
         embedded = prepare_home(self.home, migrate=False)
@@ -154,7 +154,7 @@ class WarmRunner:
         migrate_once(embedded)
         warm_task_path()
         import airflow_provider_agentloom.cli
-        import airflow_provider_agentloom.dag_factory
+        import airflow_provider_agentloom.dag.build
         import airflow_provider_agentloom.runner.engine  # noqa: F401
 
         api.wait_ready(300.0)
@@ -341,7 +341,7 @@ def _run_in_child(
     _forget_database_connections()
     _take_over(request, fds)
     if request.get("op") == "call":
-        from airflow_provider_agentloom.runner.daemon.remote import serve_call
+        from airflow_provider_agentloom.runner.warm.remote import serve_call
 
         serve_call(connection, request)
         sys.stdout.flush()
@@ -399,7 +399,7 @@ def _hang_up_when_client_leaves(connection: socket.socket, finished: threading.E
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m airflow_provider_agentloom.runner.daemon --home DIR``: start a home's runner.
+    """``python -m airflow_provider_agentloom.runner.warm --home DIR``: start a home's runner.
 
     The process forks: the parent exits as soon as the runner holds the home's lock and socket
     (0), or finds another runner there (3); the runner goes on in a session of its own.

@@ -1,6 +1,6 @@
 """Call the Linux system calls we need through ctypes: Landlock, openat2, prctl, unshare, inotify.
 
-Standard library only, and no import of the package: the reaper (``tools/_reaper.py``) runs in a
+Standard library only, and no import of the package: the reaper (``_os/reaper.py``) runs in a
 ``python -I -S`` process that loads this file by its path. Every function fails with ``OSError``
 (``errno`` set) and every probe answers 0 or False on a kernel or platform without the call.
 """

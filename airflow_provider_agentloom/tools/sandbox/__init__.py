@@ -1,0 +1,25 @@
+"""The sandbox of built-in tools: which paths, commands and hosts a workflow may use, and how that is enforced.
+
+:mod:`.policy` holds ``ToolSandbox`` (the spec page's name); the rest are its parts: paths, commands, hosts, race-free opens, the kernel plan.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow_provider_agentloom.exceptions import SandboxViolationError
+
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
+
+__all__ = ["SandboxViolationError", "ToolSandbox"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy: the parts (paths, hosts, safe_open) are imported alone by the network client and the
+    # Airflow plugin, which must not pay for the policy (and its DNS and kernel helpers) they never use.
+    if name == "ToolSandbox":
+        from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
+
+        return ToolSandbox
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
