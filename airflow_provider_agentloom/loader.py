@@ -1,6 +1,6 @@
 """``from airflow_provider_agentloom.loader import load_workflows``: the path users' DAG files import.
 
-The loader itself lives in :mod:`airflow_provider_agentloom.dag.loader`; this module only keeps the documented path.
+The loader lives in :mod:`airflow_provider_agentloom.dag.loader`; this module keeps the documented path.
 """
 
 from __future__ import annotations

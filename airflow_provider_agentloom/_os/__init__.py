@@ -1,4 +1,4 @@
-"""The Linux process floor: system calls, process trees, the reaper and running ``sh -c`` safely.
+"""The Linux process floor: system calls, process trees, the reaper, ``sh -c`` leaving nothing behind.
 
-Standard library only and loadable by path (the reaper runs under ``python -I -S``); tools, the runner and serve stand on it.
+Standard library only, loadable by path (the reaper runs under ``python -I -S``); tools, runner, serve use it.
 """

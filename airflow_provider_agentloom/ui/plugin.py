@@ -9,7 +9,8 @@ macros): the FastAPI app is imported only when the api-server asks for it.
 
 When it is loaded in an Airflow job (the scheduler, the dag-processor, the triggerer), it imports
 our loader, operators and tools, so the parses and tasks the job forks start with them (see
-:mod:`airflow_provider_agentloom.runner.warm.preload`). It registers no listener: Airflow refuses every DAG with
+:mod:`airflow_provider_agentloom.runner.warm.preload`). It registers no listener: Airflow refuses
+every DAG with
 an ``end_from_trigger=True`` deferrable task while any listener is registered.
 """
 

@@ -1,6 +1,7 @@
-"""The sandbox of built-in tools: which paths, commands and hosts a workflow may use, and how that is enforced.
+"""The sandbox of built-in tools: the paths, commands and hosts a workflow may use, and their enforcement.
 
-:mod:`.policy` holds ``ToolSandbox`` (the spec page's name); the rest are its parts: paths, commands, hosts, race-free opens, the kernel plan.
+:mod:`.policy` holds ``ToolSandbox`` (the spec page's name); the rest are its parts: paths, commands,
+hosts, race-free opens, the kernel plan.
 """
 
 from __future__ import annotations
