@@ -123,7 +123,7 @@ def main() -> None:
 
     home = prepare_home(args.home)
     from airflow_provider_agentloom.dag.build import build_dag
-    from airflow_provider_agentloom.operators.context import WorkflowRunContext
+    from airflow_provider_agentloom.operators.services import WorkflowRunContext
     from airflow_provider_agentloom.runner.engine import DagRunDriver
     from airflow_provider_agentloom.workflow.parser import graph_of, load_workflow
 

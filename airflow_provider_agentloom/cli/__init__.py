@@ -380,7 +380,7 @@ def _execute(
     """Run (or resume) ``workflow`` with ``options``; print progress, the summary and the result."""
     from datetime import UTC, datetime
 
-    from airflow_provider_agentloom.operators.context import LLMOptions
+    from airflow_provider_agentloom.operators.services import LLMOptions
 
     if options.budget is not None:
         workflow.config = workflow.config.model_copy(update={"budget_usd": options.budget})
@@ -539,7 +539,7 @@ def _waiting_gate(run_id: str, workflow: Any, step: str) -> str:
     """The step id of the gate to answer: ``step``, or the one gate the run waits at."""
     from airflow.utils.session import create_session
 
-    from airflow_provider_agentloom.operators.context import safe_id
+    from airflow_provider_agentloom.plan.ids import safe_id
     from airflow_provider_agentloom.runner.approvals import waiting_gates
     from airflow_provider_agentloom.runner.engine import RunNotResumable
 

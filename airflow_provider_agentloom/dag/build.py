@@ -19,12 +19,8 @@ from airflow.sdk.definitions.asset import BaseAsset
 
 from airflow_provider_agentloom.dag.checks import check_params, check_schedule, check_workflow
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
-from airflow_provider_agentloom.operators.context import (
-    ENTER_TASK,
-    RESULT_TASK,
-    WorkflowRunContext,
-    safe_id,
-)
+from airflow_provider_agentloom.operators.services import WorkflowRunContext
+from airflow_provider_agentloom.plan.ids import ENTER_TASK, RESULT_TASK, safe_id
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.models import (

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError, closest
-from airflow_provider_agentloom.operators.context import safe_id
+from airflow_provider_agentloom.plan.ids import safe_id
 from airflow_provider_agentloom.workflow.models import (
     AssetAllOf,
     AssetAnyOf,

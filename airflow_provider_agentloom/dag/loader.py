@@ -280,7 +280,7 @@ def _parsing_context_dag_id() -> str | None:
 
 def scan_dag_id(text: str) -> str | None:
     """Read a workflow file's DAG id from its ``name:`` (or ``dag_id:``) line, without parsing the file."""
-    from airflow_provider_agentloom.operators.context import safe_id
+    from airflow_provider_agentloom.plan.ids import safe_id
 
     override = _DAG_ID_LINE.search(text)
     if override is not None:

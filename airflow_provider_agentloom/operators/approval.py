@@ -46,7 +46,7 @@ from airflow_provider_agentloom.workflow.results import StepStatus
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_agentloom.operators.context import WorkflowRunContext
+    from airflow_provider_agentloom.operators.services import WorkflowRunContext
 
 APPROVED, REJECTED = "approved", "rejected"
 """The gate's two outputs."""

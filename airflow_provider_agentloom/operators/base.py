@@ -37,7 +37,7 @@ from airflow_provider_agentloom.workflow.results import META_KEY
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_agentloom.operators.context import WorkflowRunContext
+    from airflow_provider_agentloom.operators.services import WorkflowRunContext
     from airflow_provider_agentloom.tools.registry import ToolRegistry
 
 _LEAST_TIMEOUT = 0.001

@@ -26,7 +26,7 @@ from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, Toke
 if TYPE_CHECKING:
     from airflow_provider_agentloom.llm.base import OnChunk
     from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
-    from airflow_provider_agentloom.operators.context import WorkflowRunContext
+    from airflow_provider_agentloom.operators.services import WorkflowRunContext
 
 __all__ = ["SPEND_KEY", "BudgetGuard", "recorded_spend"]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError
-from airflow_provider_agentloom.operators.context import RESERVED_CHILD_IDS, safe_id
+from airflow_provider_agentloom.plan.ids import RESERVED_CHILD_IDS, safe_id
 from airflow_provider_agentloom.workflow.models import StepModel, StepType, SubworkflowStep, Workflow
 from airflow_provider_agentloom.workflow.source import child_place, issue_in
 

@@ -45,7 +45,7 @@ from airflow_provider_agentloom.workflow.results import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_agentloom.operators.context import WorkflowRunContext
+    from airflow_provider_agentloom.operators.services import WorkflowRunContext
 
 __all__ = ["SubworkflowOperator", "SubworkflowStartOperator", "child_outcome", "step_result_of"]
 

@@ -151,7 +151,7 @@ def _use_runner(daemon: bool | None) -> bool:
 
 
 def _run_context_of(dag: Any, workflow: Workflow) -> Any:
-    from airflow_provider_agentloom.operators.context import WorkflowRunContext
+    from airflow_provider_agentloom.operators.services import WorkflowRunContext
     from airflow_provider_agentloom.workflow.parser import graph_of
 
     for task in dag.task_dict.values():

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_agentloom.operators.context import WorkflowRunContext
+from airflow_provider_agentloom.operators.services import WorkflowRunContext
 from airflow_provider_agentloom.runner.db_writes import DatabaseWrites
 from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
 from airflow_provider_agentloom.runner.processes import (

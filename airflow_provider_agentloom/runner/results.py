@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_agentloom.operators.context import WorkflowRunContext
+from airflow_provider_agentloom.operators.services import WorkflowRunContext
 from airflow_provider_agentloom.workflow.models import SubworkflowStep
 from airflow_provider_agentloom.workflow.redaction import redact_state, redacted_key_patterns
 from airflow_provider_agentloom.workflow.results import (

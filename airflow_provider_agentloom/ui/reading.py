@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_agentloom.operators.context import ENTER_TASK, RESULT_TASK
+from airflow_provider_agentloom.plan.ids import ENTER_TASK, RESULT_TASK
 from airflow_provider_agentloom.workflow.models import StepType
 from airflow_provider_agentloom.workflow.results import (
     META_KEY,

@@ -28,7 +28,7 @@ from airflow_support import run_dag_test, task_states, xcom
 from cli_support import cli_env, run_cli
 
 from airflow_provider_agentloom.dag.build import build_dag
-from airflow_provider_agentloom.operators.context import WorkflowRunContext
+from airflow_provider_agentloom.operators.services import WorkflowRunContext
 from airflow_provider_agentloom.workflow.parser import WorkflowParser
 
 # --- the working folder -------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from airflow_provider_agentloom.llm.pricing import PricingTable
 from airflow_provider_agentloom.llm.recording import RecordingProvider
 from airflow_provider_agentloom.llm.types import ChatRequest, Message, ToolSpec
 from airflow_provider_agentloom.operators.budget import BudgetGuard
-from airflow_provider_agentloom.operators.context import LLMOptions
+from airflow_provider_agentloom.operators.services import LLMOptions
 from airflow_provider_agentloom.tools import BaseTool, ToolRegistry, tool
 from airflow_provider_agentloom.tools.builtins import register_builtins
 from airflow_provider_agentloom.tools.invoke import invoke_tool

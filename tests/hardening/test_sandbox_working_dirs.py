@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_agentloom.exceptions import StepError
-from airflow_provider_agentloom.operators.context import WorkflowRunContext, path_segment
+from airflow_provider_agentloom.operators.services import WorkflowRunContext
+from airflow_provider_agentloom.plan.ids import path_segment
 from airflow_provider_agentloom.workflow.parser import graph_of, parse_workflow_text
 
 WORKFLOW = """

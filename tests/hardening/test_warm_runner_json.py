@@ -20,7 +20,7 @@ from airflow_provider_agentloom.exceptions import (
     ValidationIssue,
     WorkflowValidationError,
 )
-from airflow_provider_agentloom.operators.context import LLMOptions
+from airflow_provider_agentloom.operators.services import LLMOptions
 from airflow_provider_agentloom.runner.home import HomeConflictError
 from airflow_provider_agentloom.runner.interrupts import RunInterrupted
 from airflow_provider_agentloom.runner.warm import shipping

@@ -240,7 +240,7 @@ def _tool_of(document: Mapping[str, Any]) -> BaseTool:
 
 
 def _options_of(document: Mapping[str, Any]) -> dict[str, Any]:
-    from airflow_provider_agentloom.operators.context import LLMOptions
+    from airflow_provider_agentloom.operators.services import LLMOptions
     from airflow_provider_agentloom.tools.registry import ToolRegistry
 
     options: dict[str, Any] = {}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -23,6 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import StepError
+from airflow_provider_agentloom.plan.ids import (
+    ENTER_TASK,
+    RESULT_TASK,
+    path_segment,
+    safe_id,
+)
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
 from airflow_provider_agentloom.workflow.graph import StepGraph
@@ -40,28 +45,7 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.tools.sandbox.kernel import KernelSandboxMode
     from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
 
-_UNSAFE_ID = re.compile(r"[^\w.-]")
-
 DEFAULT_WORKING_DIR = os.path.join(tempfile.gettempdir(), "agentloom", "{dag_id}")
-
-ENTER_TASK = "__start__"
-"""The id, inside a subworkflow's TaskGroup, of the task that opens it (no child step may use it)."""
-
-RESULT_TASK = "__end__"
-"""The id, inside a subworkflow's TaskGroup, of the task that holds its result (no child step may use it)."""
-
-RESERVED_CHILD_IDS = (ENTER_TASK, RESULT_TASK)
-
-
-def safe_id(name: str) -> str:
-    """Make ``name`` a valid Airflow id: letters, digits, ``_``, ``-`` and ``.`` (others become ``_``)."""
-    return _UNSAFE_ID.sub("_", name)[:250] or "_"
-
-
-def path_segment(name: str) -> str:
-    """Make ``name`` one safe path segment: ``safe_id``, and never ``.`` or ``..`` (dots become ``_``)."""
-    segment = safe_id(name)
-    return "_" * len(segment) if segment in (".", "..") else segment
 
 
 @dataclass(frozen=True)
