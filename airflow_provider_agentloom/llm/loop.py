@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_agentloom.exceptions import ToolNotFoundError
-from airflow_provider_agentloom.llm.base import OnChunk
+from airflow_provider_agentloom.llm.base import ChatClient, OnChunk
 from airflow_provider_agentloom.llm.errors import clip
 from airflow_provider_agentloom.llm.gateway import ToolCallRecorder
 from airflow_provider_agentloom.llm.types import (
@@ -53,18 +53,6 @@ ExecuteTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 OnToolCall = Callable[[ToolCallRecord], Awaitable[None] | None]
 """Called once per finished tool call, in the order the model asked for them."""
-
-
-class ChatClient(Protocol):
-    """What the loop needs: a ``ProviderGateway`` or any single provider."""
-
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        """Send one request."""
-        ...
-
-    async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse:
-        """Send one request, streaming."""
-        ...
 
 
 class LoopResult(BaseModel):
