@@ -103,7 +103,7 @@ class ParseCache:
             with open(entry, "rb") as handle:
                 if not _still(json.loads(handle.readline()), path, limits):
                     return None
-                workflow = _decode(json.loads(handle.readline()))
+                workflow = _loads(handle.readline())
         except FileNotFoundError:
             return None
         except Exception as exc:  # a truncated, non-JSON or foreign entry: a miss (it is written again)
@@ -236,8 +236,8 @@ def subworkflow_sources(workflow: Workflow) -> list[tuple[str, str | None]]:
 # type, a date or a datetime), the fields a user set, and the parser's private attributes (source
 # path and text, child workflows, the step graph). So each model is written as
 # ``{"$model": name, "fields", "set", "private"}``, and the few other non-JSON values as
-# ``{"$<kind>": ...}``; a plain mapping that has a key starting with ``$`` is wrapped as
-# ``{"$dict": ...}`` so user data can never pass for a tag.
+# ``{"$<kind>": ...}``; a plain mapping that has a key starting with ``$`` is written as
+# ``{"$dict": [[key, value], ...]}`` so user data can never pass for a tag.
 
 _TAG = "$"
 
@@ -272,7 +272,9 @@ def _encode(value: object) -> JSON:
         if not all(isinstance(key, str) for key in value):
             raise TypeError("a mapping with keys that are not strings")
         plain: dict[str, JSON] = {key: _encode(item) for key, item in value.items()}
-        return {"$dict": plain} if any(key.startswith(_TAG) for key in plain) else plain
+        if any(key.startswith(_TAG) for key in plain):  # as pairs: a mapping would be read as a tag
+            return {"$dict": [[key, item] for key, item in plain.items()]}
+        return plain
     if isinstance(value, tuple):
         return {"$tuple": [_encode(item) for item in value]}
     if isinstance(value, frozenset):
@@ -311,54 +313,43 @@ def _fields_of(value: object) -> dict[str, object]:
     return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}  # type: ignore[arg-type]
 
 
-def _decode(value: JSON) -> object:
+def _loads(line: bytes) -> object:
     """The value ``_encode`` wrote, from JSON: builds only the classes of the tables above, runs no code."""
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
-    if not isinstance(value, dict):
-        return value
+    return json.loads(line, object_hook=_revive)  # each mapping as the parser finishes it, inner ones first
+
+
+def _revive(value: dict[str, object]) -> object:
+    """A mapping of the JSON, or the value its tag stands for (an unknown tag or class: KeyError, a miss)."""
     tag = next(iter(value), "")
-    if not tag.startswith(_TAG):
-        return {key: _decode(item) for key, item in value.items()}
-    return _TAGGED[tag](value)
+    return _TAGGED[tag](value) if tag.startswith(_TAG) else value
 
 
-def _decode_dict(value: dict[str, JSON]) -> object:
-    inner = value["$dict"]
-    if not isinstance(inner, dict):
-        raise ValueError("$dict of a non-mapping")
-    return {key: _decode(item) for key, item in inner.items()}
-
-
-def _decode_model(value: dict[str, JSON]) -> object:
-    cls = _MODELS[str(value["$model"])]
-    fields = cast("dict[str, object]", _decode(value["fields"]))
-    wanted = set(cast("list[str]", value["set"]))
-    model = cls.model_construct(_fields_set=wanted, **fields)
-    private = cast("dict[str, object]", _decode(value["private"]))
+def _revive_model(value: dict[str, object]) -> object:
+    cls = _MODELS[cast("str", value["$model"])]
+    fields = cast("dict[str, object]", value["fields"])
+    model = cls.model_construct(_fields_set=set(cast("list[str]", value["set"])), **fields)
+    private = cast("dict[str, object]", value["private"])
     graph = private.get("_graph")
     if isinstance(graph, dict) and isinstance(model, Workflow):
         private["_graph"] = StepGraph(steps={step.id: step for step in model.steps}, **graph)
+    known = model.__pydantic_private__ or {}
     for key, item in private.items():
-        if model.__pydantic_private__ is None or key not in model.__pydantic_private__:
+        if key not in known:
             raise ValueError(f"{cls.__name__} has no private attribute {key!r}")
-        model.__pydantic_private__[key] = item
+        known[key] = item
     return model
 
 
-def _decode_dataclass(value: dict[str, JSON]) -> object:
-    cls = _DATACLASSES[str(value["$dataclass"])]
-    return cls(**cast("dict[str, object]", _decode(value["fields"])))
-
-
-_TAGGED: dict[str, Callable[[dict[str, JSON]], object]] = {
-    "$dict": _decode_dict,
-    "$tuple": lambda value: tuple(cast("list[object]", _decode(value["$tuple"]))),
-    "$frozenset": lambda value: frozenset(cast("list[object]", _decode(value["$frozenset"]))),
-    "$datetime": lambda value: datetime.fromisoformat(str(value["$datetime"])),
-    "$date": lambda value: date.fromisoformat(str(value["$date"])),
-    "$enum": lambda value: _ENUMS[str(value["$enum"])](value["value"]),
-    "$model": _decode_model,
-    "$dataclass": _decode_dataclass,
+_TAGGED: dict[str, Callable[[dict[str, object]], object]] = {
+    "$dict": lambda value: dict(cast("list[tuple[str, object]]", value["$dict"])),
+    "$tuple": lambda value: tuple(cast("list[object]", value["$tuple"])),
+    "$frozenset": lambda value: frozenset(cast("list[object]", value["$frozenset"])),
+    "$datetime": lambda value: datetime.fromisoformat(cast("str", value["$datetime"])),
+    "$date": lambda value: date.fromisoformat(cast("str", value["$date"])),
+    "$enum": lambda value: _ENUMS[cast("str", value["$enum"])](value["value"]),
+    "$model": _revive_model,
+    "$dataclass": lambda value: _DATACLASSES[cast("str", value["$dataclass"])](
+        **cast("dict[str, object]", value["fields"])
+    ),
 }
-"""How each tag is read back (an unknown tag or class name is a KeyError: a miss)."""
+"""How each tag is read back."""
