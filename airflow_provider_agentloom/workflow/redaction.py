@@ -53,7 +53,7 @@ class Mask(Protocol):
     def __call__(self, value: _Value, /) -> _Value: ...
 
 
-def marker(secret: Any) -> str:
+def marker(secret: object) -> str:
     """Return the marker that replaces ``secret``: ``<REDACTED:sha256=`` + 16 hex digits + ``>``."""
     text = secret if isinstance(secret, str) else json.dumps(secret, sort_keys=True, default=str)
     return f"<REDACTED:sha256={hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}>"

@@ -97,7 +97,7 @@ class StepMeta(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def from_xcom(cls, value: Any) -> StepMeta | None:
+    def from_xcom(cls, value: object) -> StepMeta | None:
         """The metadata a task pushed, validated; None when there is none or it is not ours."""
         if not isinstance(value, dict):
             return None

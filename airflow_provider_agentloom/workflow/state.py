@@ -213,7 +213,7 @@ def iso_date(value: date) -> str:
     return value.isoformat()
 
 
-def _shown(key: Any) -> str:
+def _shown(key: object) -> str:
     return iso_date(key) if isinstance(key, date) else repr(key)
 
 
