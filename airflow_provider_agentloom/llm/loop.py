@@ -48,7 +48,7 @@ DEFAULT_MAX_TOOL_CALLS_PER_REPLY = 32
 MAX_ECHO_CHARS = 2000
 """Longest tool error (or echoed tool name) sent back to the model or kept in the record."""
 
-ExecuteTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
+ExecuteTool = Callable[[str, dict[str, Any]], Awaitable[object]]
 """Runs one tool by name with the model's arguments and returns its value (or raises)."""
 
 OnToolCall = Callable[[ToolCallRecord], Awaitable[None] | None]
@@ -214,7 +214,7 @@ async def _run_calls(
             return
         async with policy.limiter:
             started = time.perf_counter()
-            result: Any = None
+            result: object = None
             error: str | None = None
             try:
                 result = await execute_tool(call.name, dict(call.arguments))
@@ -300,7 +300,7 @@ def tool_specs_for_agent(names: Iterable[str], registry: ToolRegistry) -> list[T
 def registry_executor(registry: ToolRegistry) -> ExecuteTool:
     """Return an ``execute_tool`` that runs registered tools; an unknown name raises ``ToolNotFoundError``."""
 
-    async def execute(name: str, arguments: dict[str, Any]) -> Any:
+    async def execute(name: str, arguments: dict[str, Any]) -> object:
         tool = registry.get(name)
         if tool is None:
             raise ToolNotFoundError(f"Tool {name!r} is not registered")
