@@ -17,7 +17,13 @@ from typing import Any
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, Param, TaskGroup, TriggerRule
 from airflow.sdk.definitions.asset import BaseAsset
 
-from airflow_provider_agentloom.dag.checks import check_params, check_schedule, check_workflow
+from airflow_provider_agentloom.dag.checks import (
+    check_params,
+    check_schedule,
+    check_supported,
+    check_workflow,
+)
+from airflow_provider_agentloom.operators import registry
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.services import WorkflowRunContext
 from airflow_provider_agentloom.plan.ids import ENTER_TASK, RESULT_TASK, safe_id
@@ -58,8 +64,6 @@ _SPEC_KEYWORDS = {"min_length": "minLength", "max_length": "maxLength"}
 
 def operator_class(step: StepModel) -> type[AgentLoomStepOperator[Any]]:
     """The operator class that runs ``step``."""
-    from airflow_provider_agentloom.operators import registry
-
     return registry.operator_for(step)
 
 
@@ -86,9 +90,7 @@ def build_dag(
     :param fileloc: the DAG file to report (the runner's stub file).
     :param run_context_options: more ``WorkflowRunContext`` fields (registry, gateway).
     """
-    from airflow_provider_agentloom.operators import registry
-
-    registry.check_supported(workflow)
+    check_supported(workflow)
     graph = graph_of(workflow)
     dag_id = dag_id_for(workflow)
     task_ids = check_workflow(workflow, dag_id)
