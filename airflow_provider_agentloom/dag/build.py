@@ -26,6 +26,7 @@ from airflow_provider_agentloom.dag.checks import (
 from airflow_provider_agentloom.operators import registry
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.services import WorkflowRunContext
+from airflow_provider_agentloom.operators.subworkflow import SubworkflowOperator, SubworkflowStartOperator
 from airflow_provider_agentloom.plan.ids import ENTER_TASK, RESULT_TASK, safe_id
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.graph import StepGraph
@@ -178,11 +179,6 @@ def _add_subworkflow(
     parent_group: TaskGroup | None,
     kwargs: dict[str, Any],
 ) -> Ends:
-    from airflow_provider_agentloom.operators.subworkflow import (
-        SubworkflowOperator,
-        SubworkflowStartOperator,
-    )
-
     child = scope.child(step)
     source = step.workflow_path or "workflow_inline"
     nesting: dict[str, Any] = {"parent_group": parent_group} if parent_group is not None else {}
