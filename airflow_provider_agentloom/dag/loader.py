@@ -54,7 +54,7 @@ from airflow_provider_agentloom.dag.checks import usable_dag_id
 from airflow_provider_agentloom.dag.from_file import build_workflow_dag, contained
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.operators.invalid import InvalidWorkflowOperator
-from airflow_provider_agentloom.plan.ids import safe_id
+from airflow_provider_agentloom.plan.ids import MAX_ID, safe_id
 from airflow_provider_agentloom.settings import parse_cache_dir, workflow_limits
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.limits import ParseLimits, ParseTimeoutError, read_workflow_text
@@ -67,11 +67,9 @@ DEFAULT_PATTERNS = ("*.yaml", "*.yml")
 GLOBAL_PREFIX = "agentloom_dag__"
 INVALID_TAG = "invalid"
 INVALID_PREFIX = "agentloom_invalid__"
-MAX_ID_LENGTH = 250
 
 _NAME_LINE = re.compile(r"^name:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 _DAG_ID_LINE = re.compile(r"^[ \t]+dag_id:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
-_UNSAFE_ID = re.compile(r"[^\w.-]")
 _IMPORT_MARGIN_SECONDS = 2.0
 
 
@@ -322,12 +320,10 @@ def placeholder_ids(files: list[Path], root: Path) -> dict[Path, str]:
     Where two paths give the same id (``a b/x.yaml`` and ``a_b/x.yaml``), or an id would be too
     long for Airflow, a short hash of the path is appended.
     """
-    names = {path: INVALID_PREFIX + _UNSAFE_ID.sub("_", _relative(path, root)) for path in files}
+    names = {path: INVALID_PREFIX + safe_id(_relative(path, root)) for path in files}
     counts = Counter(names.values())
     return {
-        path: name
-        if counts[name] == 1 and len(name) <= MAX_ID_LENGTH
-        else _hashed(name, _relative(path, root))
+        path: name if counts[name] == 1 and len(name) <= MAX_ID else _hashed(name, _relative(path, root))
         for path, name in names.items()
     }
 
@@ -341,7 +337,7 @@ def _relative(path: Path, root: Path) -> str:
 
 def _hashed(name: str, key: str) -> str:
     digest = hashlib.sha1(key.encode(errors="surrogateescape"), usedforsecurity=False).hexdigest()[:10]
-    return f"{name[: MAX_ID_LENGTH - 12]}__{digest}"
+    return f"{name[: MAX_ID - 12]}__{digest}"
 
 
 def _placeholder_id(path: Path, path_id: str, taken: set[str], limits: ParseLimits) -> str:
