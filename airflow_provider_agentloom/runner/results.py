@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from airflow_provider_agentloom.operators.services import WorkflowRunContext
+from airflow_provider_agentloom.plan.scope import Scope
 from airflow_provider_agentloom.workflow.models import SubworkflowStep
 from airflow_provider_agentloom.workflow.redaction import redact_state, redacted_key_patterns
 from airflow_provider_agentloom.workflow.results import (
@@ -42,7 +42,7 @@ class RunResultCollector:
 
     def __init__(
         self,
-        run_context: WorkflowRunContext,
+        run_context: Scope,
         conf: Mapping[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
         logs_folder: Path | None = None,
@@ -197,7 +197,7 @@ class RunResultCollector:
         self,
         session: Any,
         tis: Mapping[str, Any],
-        scope: WorkflowRunContext,
+        scope: Scope,
         results: dict[str, StepResult],
         failures: dict[str, str],
         budget_stopped: list[str],
@@ -238,7 +238,7 @@ class RunResultCollector:
         step_id: str,
         failures: Mapping[str, str],
         budget_stopped: Sequence[str] = (),
-        scope: WorkflowRunContext | None = None,
+        scope: Scope | None = None,
         local_id: str | None = None,
     ) -> tuple[StepResult, StepMeta | None]:
         """One step's result; ``failures`` are the earlier steps that failed or that the budget stopped."""

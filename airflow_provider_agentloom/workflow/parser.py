@@ -26,6 +26,7 @@ from airflow_provider_agentloom.exceptions import (
     WorkflowValidationError,
     closest,
 )
+from airflow_provider_agentloom.workflow.expressions import compile_expression
 from airflow_provider_agentloom.workflow.graph import GraphError, StepGraph, build_graph
 from airflow_provider_agentloom.workflow.limits import (
     DEFAULT_LIMITS,
@@ -38,6 +39,7 @@ from airflow_provider_agentloom.workflow.limits import (
     limits_from_environment,
     read_workflow_text,
 )
+from airflow_provider_agentloom.workflow.lint import output_collisions
 from airflow_provider_agentloom.workflow.models import (
     STEP_MODELS,
     UNION_TAGS,
@@ -331,8 +333,6 @@ class _Validator:
         return workflow
 
     def _check_strict_outputs(self, workflow: Workflow, graph: StepGraph, prefix: Loc) -> None:
-        from airflow_provider_agentloom.workflow.lint import output_collisions
-
         collisions = output_collisions(workflow, graph)
         if collisions:
             raise WorkflowValidationError(
@@ -390,8 +390,6 @@ class _Validator:
     # -- semantic checks -------------------------------------------------------------------------
 
     def _check_expressions(self, workflow: Workflow, prefix: Loc) -> list[ValidationIssue]:
-        from airflow_provider_agentloom.workflow.expressions import compile_expression
-
         issues = []
         for index, step in enumerate(workflow.steps):
             if isinstance(step, RouterStep):
