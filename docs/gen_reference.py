@@ -53,7 +53,7 @@ def _type_of(spec: dict[str, Any]) -> str:
     if "const" in spec:
         return f"`{json.dumps(spec['const'])}`"
     if "enum" in spec:
-        return " \\| ".join(f"`{json.dumps(value)}`" for value in spec["enum"])
+        return " | ".join(f"`{json.dumps(value)}`" for value in spec["enum"])
     for union in ("anyOf", "oneOf"):
         if union in spec:
             parts = [_type_of(part) for part in spec[union] if part.get("type") != "null"]
@@ -78,8 +78,14 @@ def _properties_table(node: dict[str, Any]) -> list[str]:
     required = set(node.get("required", []))
     rows = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
     for key, spec in node.get("properties", {}).items():
-        default = f"`{json.dumps(spec['default'])}`" if "default" in spec else ("required" if key in required else "")
-        rows.append(f"| `{key}` | {_cell(_type_of(spec))} | {_cell(default)} | {_cell(spec.get('description', ''))} |")
+        default = (
+            f"`{json.dumps(spec['default'])}`"
+            if "default" in spec
+            else ("required" if key in required else "")
+        )
+        rows.append(
+            f"| `{key}` | {_cell(_type_of(spec))} | {_cell(default)} | {_cell(spec.get('description', ''))} |"
+        )
     return rows
 
 
@@ -117,7 +123,11 @@ def workflow_format_page() -> str:
 
 def _help(*command: str) -> str:
     """What ``agentloom COMMAND --help`` prints, at a fixed width so that the page is the same everywhere."""
-    env = {**os.environ, "COLUMNS": "100", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "COLUMNS": "100",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "airflow_provider_agentloom.cli", *command, "--help"],
         capture_output=True,
