@@ -37,6 +37,9 @@ def on_files(files: Any, config: Any) -> Any:
     """Add the generated reference pages to the build (MkDocs calls this before it builds the nav)."""
     from mkdocs.structure.files import File
 
+    # The pages describe this checkout, even where another copy of the package is installed.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     for path, builder in PAGES.items():
         files.append(File.generated(config, path, content=globals()[builder]()))
     return files

@@ -156,3 +156,10 @@ def test_budgeted_fanout_stops_at_a_smaller_budget(tmp_path: Path, warm_home: Pa
     found = statuses(result)
     assert found.pop("merge") == "skipped"
     assert set(found.values()) == {"success"}
+
+
+def test_every_example_is_shown_in_the_tutorial() -> None:
+    """The tutorial's examples page includes each file whole (``--8<--``), so the site shows what runs."""
+    page = (CHECKOUT / "docs" / "tutorial" / "examples.md").read_text()
+    for path in EXAMPLES.glob("*.yaml"):
+        assert f'--8<-- "examples/{path.name}"' in page, path.name
