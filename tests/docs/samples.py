@@ -5,7 +5,7 @@ A page's samples are its fences (```` ```lang title="name" ````):
 - a ``yaml`` or ``json`` fence with a ``title`` is a file: written under the page's folder before its
   commands run, and every YAML one checked by ``agentloom validate`` (a title starting ``examples/``
   is the repository's own file, shown by inclusion and run by ``test_examples.py``);
-- a ``yaml`` fence without a title is a fragment: it must parse;
+- a ``yaml`` fence without a title is a fragment: it must parse; a ``python`` fence must compile;
 - a ``console`` fence is commands (``$ ...``) each followed by what it prints: each is run, in order,
   in the page's folder, and its output (stderr, then stdout: what a terminal shows) compared with the
   page's after :func:`normalize`. A command shown without output must exit 0;
@@ -41,6 +41,7 @@ class Page:
     path: Path
     files: dict[str, str] = field(default_factory=dict)
     fragments: list[str] = field(default_factory=list)
+    python: list[str] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
     shown_only: int = 0
 
@@ -50,7 +51,7 @@ class Page:
 
     def count(self) -> int:
         """The samples this page's test runs: files, fragments and commands."""
-        return len(self.files) + len(self.fragments) + len(self.commands)
+        return len(self.files) + len(self.fragments) + len(self.python) + len(self.commands)
 
 
 def read_page(path: Path) -> Page:
@@ -62,6 +63,8 @@ def read_page(path: Path) -> Page:
                 page.files[title.group(1)] = body
         elif lang == "yaml":
             page.fragments.append(body)
+        elif lang == "python":
+            page.python.append(body)
         elif lang == "console":
             page.commands += _commands(body)
         elif lang == "bash":

@@ -52,6 +52,8 @@ def test_page_samples_run(page: Page, tmp_path: Path, warm_home: Path) -> None:
         (work / name).write_text(text, encoding="utf-8")
     for fragment in page.fragments:
         assert yaml.safe_load(fragment) is not None, fragment
+    for number, source in enumerate(page.python):
+        compile(source, f"{page.name}, python sample {number + 1}", "exec")
 
     _agentloom(tmp_path / "bin")
     env = cli_env(warm_home, warm=True)
