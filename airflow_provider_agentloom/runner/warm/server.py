@@ -154,7 +154,7 @@ class WarmRunner:
 
         migrate_once(embedded)
         warm_task_path()
-        import airflow_provider_agentloom.cli
+        import airflow_provider_agentloom.cli.run
         import airflow_provider_agentloom.dag.build
         import airflow_provider_agentloom.runner.engine  # noqa: F401
 
