@@ -1,6 +1,6 @@
 """What the warm runner and its clients share: the socket, the fingerprint, the messages.
 
-Standard library only: the client side must start in milliseconds, without Airflow.
+Standard library and the error tree only: the client side must start in milliseconds, without Airflow.
 
 - **Address.** A socket file, ``<home>/runner/runner.sock``, in a folder that is this user's
   alone: made ``0700``, and checked before each use to belong to this uid and to let nobody else
