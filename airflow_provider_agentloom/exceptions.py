@@ -216,3 +216,7 @@ class PrivateHomeError(AgentLoomError):
     """
 
     retryable = False
+
+
+class AirflowContractError(AgentLoomError):
+    """An Airflow internal that the runner, the loader or serve relies on broke its contract."""

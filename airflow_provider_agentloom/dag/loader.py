@@ -39,7 +39,6 @@ import logging
 import os
 import re
 import signal
-import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
@@ -48,7 +47,14 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from airflow_provider_agentloom import _airflow
+from airflow_provider_agentloom.dag.build import TAG, dag_id_for
+from airflow_provider_agentloom.dag.checks import usable_dag_id
+from airflow_provider_agentloom.dag.from_file import build_workflow_dag, contained, read_workflow
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
+from airflow_provider_agentloom.operators.invalid import InvalidWorkflowOperator
+from airflow_provider_agentloom.plan.ids import safe_id
+from airflow_provider_agentloom.settings import parse_cache_dir, workflow_limits
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.limits import ParseLimits, ParseTimeoutError, read_workflow_text
 from airflow_provider_agentloom.workflow.models import Workflow
@@ -97,7 +103,6 @@ def load_workflows(
     :param working_dir: the directory built-in tools run from (``{dag_id}``/``{run_id}`` filled in).
     :return: the DAGs built, by DAG id.
     """
-    from airflow_provider_agentloom.settings import parse_cache_dir, workflow_limits
 
     globals_dict = globals_dict if globals_dict is not None else {}
     root = Path(folder) if folder is not None else _caller_folder(globals_dict)
@@ -158,8 +163,6 @@ class _FolderLoad:
             try:
                 self._load_one(path, wanted, dags)
             except Exception as exc:  # the per-file functions contain everything; this is the last guard
-                from airflow_provider_agentloom.dag.from_file import contained
-
                 self.broken.append((path, str(contained(str(path), exc, "load"))))
         if not self.broken:
             return
@@ -175,8 +178,6 @@ class _FolderLoad:
                 log.exception("Could not build the placeholder DAG of %s: %s", path, message)
 
     def _load_one(self, path: Path, wanted: str | None, dags: dict[str, DAG]) -> None:
-        from airflow_provider_agentloom.dag.build import dag_id_for
-        from airflow_provider_agentloom.dag.from_file import build_workflow_dag
 
         left = _import_seconds_left()
         if left is not None and left < _IMPORT_MARGIN_SECONDS:
@@ -280,7 +281,6 @@ def _parsing_context_dag_id() -> str | None:
 
 def scan_dag_id(text: str) -> str | None:
     """Read a workflow file's DAG id from its ``name:`` (or ``dag_id:``) line, without parsing the file."""
-    from airflow_provider_agentloom.plan.ids import safe_id
 
     override = _DAG_ID_LINE.search(text)
     if override is not None:
@@ -348,7 +348,6 @@ def _hashed(name: str, key: str) -> str:
 
 def _placeholder_id(path: Path, path_id: str, taken: set[str], limits: ParseLimits) -> str:
     """The file's scanned DAG id when usable and free, else its path id (made unique against ``taken``)."""
-    from airflow_provider_agentloom.dag.checks import usable_dag_id
 
     scanned = _scan_file(path, limits)
     if scanned and scanned not in taken and usable_dag_id(scanned):
@@ -363,7 +362,6 @@ def _placeholder_id(path: Path, path_id: str, taken: set[str], limits: ParseLimi
 def _cached_load(
     path: Path, limits: ParseLimits, disk: ParseCache | None = None
 ) -> Workflow | WorkflowValidationError:
-    from airflow_provider_agentloom.dag.from_file import read_workflow
 
     key = str(path)
     entry = _CACHE.get(key)
@@ -416,18 +414,13 @@ def _report_broken(path: Path, message: str, dag_id: str) -> DAG:
     Raising instead would make Airflow drop every DAG of the loader file.
     """
     log.error("Workflow file %s does not load: %s", path, message)
-    bag = _executing_dagbag()
+    bag = _airflow.executing_dagbag()
     if bag is not None:
-        try:
-            bag.import_errors[_import_error_key(bag, path)] = message
-        except Exception:  # best effort: the placeholder DAG below is the reliable signal
-            log.debug("Could not record the import error of %s", path, exc_info=True)
+        _airflow.record_import_error(bag, path, message)
     return _placeholder_dag(path, message, dag_id)
 
 
 def _placeholder_dag(path: Path, message: str, dag_id: str) -> DAG:
-    from airflow_provider_agentloom.dag.build import TAG
-    from airflow_provider_agentloom.operators.invalid import InvalidWorkflowOperator
 
     first_line = message.splitlines()[0] if message else "invalid workflow"
     dag = DAG(
@@ -441,33 +434,3 @@ def _placeholder_dag(path: Path, message: str, dag_id: str) -> DAG:
         task_id="invalid_workflow", message=message, dag=dag, doc_md=f"```\n{message}\n```"
     )
     return dag
-
-
-def _executing_dagbag() -> Any:
-    """Find the DagBag whose module import is running this loader (None outside a DagBag)."""
-    try:
-        from airflow.dag_processing.dagbag import DagBag
-    except ImportError:  # pragma: no cover
-        return None
-    frame = sys._getframe(1)
-    while frame is not None:
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, DagBag):
-            return candidate
-        frame = frame.f_back  # type: ignore[assignment]
-    return None
-
-
-def _import_error_key(bag: Any, path: Path) -> str:
-    """The file's path relative to the bundle, as Airflow keys import errors (never resolving a link loop)."""
-    bundle_path = getattr(bag, "bundle_path", None)
-    if bundle_path:
-        try:
-            return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(bundle_path)))
-        except ValueError:
-            pass
-        try:
-            return str(Path(os.path.realpath(path)).relative_to(os.path.realpath(bundle_path)))
-        except ValueError:
-            pass
-    return str(path)

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.runner.warm import protocol
 
 
@@ -144,7 +145,7 @@ class WarmRunner:
 
         _quiet_known_warnings()
         embedded = prepare_home(self.home, migrate=False)
-        import airflow.settings  # noqa: F401  (configures the ORM on the home before the fork)
+        _airflow.configure_orm()  # on the home, before the fork
 
         # Forked first: it builds its routes (seconds of CPU) while this process migrates.
         api = processes.ApiServer.start(embedded.logs / "supervisors.log")
