@@ -298,17 +298,9 @@ class WorkflowRunContext:
 
         :param secrets: collects the enclosing scopes' redacted values (:meth:`scope_base`).
         """
-        from airflow_provider_agentloom.operators.state_reads import per_source_reads
-        from airflow_provider_agentloom.workflow.state import assemble_state, rebuild_state, state_sources
+        from airflow_provider_agentloom.workflow.state import assemble_state
 
         base = self.scope_base(reader, overrides, on_missing, secrets)
-        if per_source_reads():  # the former reads, kept for comparison (bench/bench_state.py)
-            results = []
-            for source in state_sources(self.graph, step_id):
-                found = reader.per_source_result(self.task_id(source))
-                if found is not None:
-                    results.append((source, self.graph.steps[source].output, found[1], found[0]))
-            return rebuild_state(base, results)
         return assemble_state(self.graph, step_id, base, lambda source: reader.result(self.task_id(source)))
 
     def resolve_working_dir(self, run_id: str) -> Path:
