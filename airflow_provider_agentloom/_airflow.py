@@ -17,6 +17,7 @@ import contextlib
 import functools
 import logging
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -49,6 +50,7 @@ __all__ = [
     "find_dag_run",
     "gate_instance",
     "init_database",
+    "latest_dag_runs",
     "load_listener_manager",
     "mark_run_failed",
     "new_session",
@@ -61,11 +63,13 @@ __all__ = [
     "session_scope",
     "supervise",
     "sync_dag",
+    "task_instances_of_runs",
     "task_states",
     "task_workload",
     "waiting_gate_instances",
     "warn_if_untested",
     "warn_once",
+    "xcoms_of_runs",
 ]
 
 log = logging.getLogger(__name__)
@@ -323,6 +327,44 @@ def read_xcom(session: Any, *, run_id: str, dag_id: str, task_id: str, key: str 
         XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids=task_id, key=key)
     ).first()
     return deserialize(row.value) if row is not None else None
+
+
+def latest_dag_runs(session: Any, dag_id: str, last: int) -> list[Any]:
+    """The ``last`` newest DAG runs of ``dag_id`` by ``run_after``."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    query = select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.run_after.desc()).limit(last)
+    return list(session.scalars(query))
+
+
+def task_instances_of_runs(session: Any, dag_id: str, run_ids: Sequence[str]) -> list[Any]:
+    """Every ``TaskInstance`` of the runs ``run_ids`` of ``dag_id``."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    query = select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id.in_(run_ids))
+    return list(session.scalars(query))
+
+
+def xcoms_of_runs(session: Any, dag_id: str, run_ids: Sequence[str], key: str) -> list[tuple[str, str, Any]]:
+    """``(run_id, task_id, value)`` of the unmapped XComs ``key`` of ``run_ids``, as :func:`read_xcom`."""
+    from airflow.models.xcom import XComModel
+    from airflow.sdk.serde import deserialize
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(XComModel.run_id, XComModel.task_id, XComModel.value).where(
+            XComModel.dag_id == dag_id,
+            XComModel.run_id.in_(run_ids),
+            XComModel.key == key,
+            XComModel.map_index == -1,
+        )
+    )
+    return [
+        (run_id, task_id, deserialize(value) if value is not None else None)
+        for run_id, task_id, value in rows
+    ]
 
 
 # -- approval gates (human in the loop) ----------------------------------------------------------

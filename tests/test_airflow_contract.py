@@ -265,6 +265,32 @@ def test_read_xcom_returns_the_value_as_a_task_pulls_it(started: tuple[DAG, Any]
     assert _airflow.read_xcom(session, run_id=run.run_id, dag_id=dag.dag_id, task_id="second") is None
 
 
+def test_the_ui_reads_runs_task_instances_and_xcoms(started: tuple[DAG, Any], session: Any) -> None:
+    from airflow.models.xcom import XComModel
+
+    dag, run = started
+    run.dag = _airflow.scheduler_dag(dag)
+    _airflow.schedule_ready_tasks(session, run)
+    session.add(
+        XComModel(
+            dag_run_id=run.id,
+            task_id="second",
+            map_index=-1,
+            key="agentloom",
+            dag_id=dag.dag_id,
+            run_id=run.run_id,
+            value={"status": "success"},
+        )
+    )
+    session.commit()
+    assert [r.run_id for r in _airflow.latest_dag_runs(session, dag.dag_id, 5)] == [run.run_id]
+    tis = _airflow.task_instances_of_runs(session, dag.dag_id, [run.run_id])
+    assert sorted(ti.task_id for ti in tis) == ["first", "second"]
+    assert _airflow.xcoms_of_runs(session, dag.dag_id, [run.run_id], "agentloom") == [
+        (run.run_id, "second", {"status": "success"})
+    ]
+
+
 # -- approval gates ------------------------------------------------------------------------------
 
 
