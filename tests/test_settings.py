@@ -40,7 +40,10 @@ def _no_options(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_each_getter_returns_the_declared_default_when_the_option_is_unset(name: str) -> None:
     declared = get_provider_info()["config"]["agentloom"]["options"][name]
     value = GETTERS[name]()
-    assert value == (None if declared["default"] is None else type(value)(declared["default"]))
+    if isinstance(value, bool):
+        assert value is (declared["default"] == "True")
+    else:
+        assert value == (None if declared["default"] is None else type(value)(declared["default"]))
 
 
 @pytest.mark.parametrize("name", sorted(NUMBERS))

@@ -48,9 +48,9 @@ from typing import Any
 from airflow.sdk import DAG
 
 from airflow_provider_agentloom import _airflow
+from airflow_provider_agentloom.dag import from_file
 from airflow_provider_agentloom.dag.build import TAG, dag_id_for
 from airflow_provider_agentloom.dag.checks import usable_dag_id
-from airflow_provider_agentloom.dag.from_file import build_workflow_dag, contained, read_workflow
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.operators.invalid import InvalidWorkflowOperator
 from airflow_provider_agentloom.plan.ids import safe_id
@@ -163,7 +163,7 @@ class _FolderLoad:
             try:
                 self._load_one(path, wanted, dags)
             except Exception as exc:  # the per-file functions contain everything; this is the last guard
-                self.broken.append((path, str(contained(str(path), exc, "load"))))
+                self.broken.append((path, str(from_file.contained(str(path), exc, "load"))))
         if not self.broken:
             return
         path_ids = placeholder_ids(every_file, self.root)  # from every file, as any worker computes them
@@ -203,7 +203,7 @@ class _FolderLoad:
         if wanted is not None and dag_id != wanted:
             self.owners[dag_id] = path
             return
-        dag = build_workflow_dag(result, tools=self.tools, working_dir=self.working_dir)
+        dag = from_file.build_workflow_dag(result, tools=self.tools, working_dir=self.working_dir)
         if isinstance(dag, WorkflowValidationError):
             self.broken.append((path, str(dag)))
             return
@@ -370,7 +370,7 @@ def _cached_load(
     stamp = _stamp_of(((key, 0, 0),))
     result: Workflow | WorkflowValidationError | None = disk.get(key, limits) if disk else None
     if result is None:
-        result = read_workflow(path, limits)
+        result = from_file.read_workflow(path, limits)
         if isinstance(result, Workflow) and disk is not None:
             disk.put(key, limits, result)
     if isinstance(result, ParseTimeoutError):
