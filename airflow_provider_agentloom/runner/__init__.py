@@ -86,16 +86,17 @@ def run_workflow(
                 "record": dict(record) if record is not None else None,
             },
         )
-    # Imported here, not at the top: these import Airflow, which configures itself on the home of
-    # the environment at its first import, so prepare_home() below must set that environment first.
-    from airflow_provider_agentloom.dag.build import build_dag
-    from airflow_provider_agentloom.runner.engine import DagRunDriver
     from airflow_provider_agentloom.runner.home import prepare_home
-    from airflow_provider_agentloom.workflow.models import Workflow
-    from airflow_provider_agentloom.workflow.parser import load_workflow
 
     _quiet_known_warnings()
     embedded = prepare_home(Path(home) if home is not None else None)
+    # Imported only now, not at the top: these import Airflow, which configures itself on the
+    # home of the environment at its first import; prepare_home() has just set that environment.
+    from airflow_provider_agentloom.dag.build import build_dag
+    from airflow_provider_agentloom.runner.engine import DagRunDriver
+    from airflow_provider_agentloom.workflow.models import Workflow
+    from airflow_provider_agentloom.workflow.parser import load_workflow
+
     _airflow.warn_if_untested()
     model = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
     dag = build_dag(
