@@ -42,7 +42,11 @@ class AgentLoomUIPlugin(AirflowPlugin):
 
     @property
     def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """The app serving the pages, imported on first use (only the api-server mounts it)."""
+        """The app serving the pages, imported on first use (only the api-server mounts it).
+
+        Importing it loads Airflow's public API modules: ~7 s measured on the 2-core machine, which
+        every process loading plugins (each task process) would pay for nothing.
+        """
         from airflow_provider_agentloom.ui.app import URL_PREFIX, app
 
         return [{"app": app, "url_prefix": URL_PREFIX, "name": "AgentLoom pages"}]
