@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TESTED_MINORS",
     "AirflowContractError",
+    "HITLRefused",
     "DagRunState",
     "TaskInstanceState",
     "airflow_minor",
@@ -418,21 +419,8 @@ def resume_with_response(session: Any, ti: Any) -> None:
     handle_event_submit(event, task_instance=ti, session=session)
 
 
-class _Responder:
-    """Who answers a gate, as the REST handler asks its user (``BaseUser``'s two methods)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def get_id(self) -> str:
-        return self.name
-
-    def get_name(self) -> str:
-        return self.name
-
-
 class HITLRefused(AirflowContractError):
-    """Airflow's ``hitlDetails`` handler refused the answer (its HTTP status and detail)."""
+    """The answer is refused as the REST API's ``hitlDetails`` handler refuses it (its HTTP status)."""
 
     def __init__(self, status_code: int, detail: str) -> None:
         super().__init__(detail)
@@ -449,31 +437,36 @@ def answer_hitl(
     user: str,
     map_index: int = -1,
 ) -> None:
-    """Answer a waiting request with the REST API's own ``PATCH …/hitlDetails`` handler (commits).
+    """Answer a waiting request as the REST API's ``PATCH …/hitlDetails`` handler does (commits).
 
-    The handler writes the response, checks it (options, one answer only) and resumes the parked
-    task instance; :class:`HITLRefused` carries its refusal. Importing the handler loads the
-    public API's routes (~0.5 s), paid only when a gate is answered.
+    The same checks (answered once, offered options, one option unless ``multiple``), the same
+    writes and the same resume of the parked task instance. Not the handler itself: importing it
+    loads the whole public API (the seconds the UI plugin's app takes), at each gate of a run. The
+    contract test answers one gate here and one through the handler and compares them.
     """
-    from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
-    from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
-    from fastapi import HTTPException
+    from airflow.models.hitl import HITLUser
+    from airflow.utils.state import TaskInstanceState
 
-    try:
-        update_hitl_detail(
-            dag_id=dag_id,
-            dag_run_id=run_id,
-            task_id=task_id,
-            update_hitl_detail_payload=UpdateHITLDetailPayload(
-                chosen_options=chosen_options, params_input={}
-            ),
-            user=cast(Any, _Responder(user)),
-            session=session,
-            map_index=map_index,
+    ti = gate_instance(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
+    if ti is None or ti.hitl_detail is None:
+        raise HITLRefused(404, f"task {task_id!r} of run {run_id!r} has no Human-in-the-loop detail")
+    detail = ti.hitl_detail
+    if detail.response_received:
+        raise HITLRefused(409, f"the Human-in-the-loop detail of task {task_id!r} is already answered")
+    offered = set(detail.options or [])
+    if not set(chosen_options) <= offered:
+        raise HITLRefused(
+            400, f"invalid options {sorted(set(chosen_options) - offered)}; allowed {sorted(offered)}"
         )
-    except HTTPException as exc:
-        session.rollback()
-        raise HITLRefused(exc.status_code, str(exc.detail)) from None
+    if not detail.multiple and len(chosen_options) > 1:
+        raise HITLRefused(400, "multiple options chosen but this Human-in-the-loop task accepts one")
+    detail.responded_by = HITLUser(id=user, name=user)
+    detail.responded_at = datetime.now(UTC)
+    detail.chosen_options = list(chosen_options)
+    detail.params_input = {}
+    session.add(detail)
+    if ti.state in (TaskInstanceState.AWAITING_INPUT, TaskInstanceState.DEFERRED):
+        resume_with_response(session, ti)
     session.commit()
 
 

@@ -331,18 +331,58 @@ def test_waiting_gate_instances_and_gate_instance_load_the_request(
     assert one.hitl_detail.options == ["Approve", "Reject"]
 
 
-def test_answer_hitl_is_the_rest_handler_writing_and_resuming(started: tuple[DAG, Any], session: Any) -> None:
+class _User:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get_id(self) -> str:
+        return self.name
+
+    def get_name(self) -> str:
+        return self.name
+
+
+def test_answer_hitl_does_what_the_rest_handler_does(started: tuple[DAG, Any], session: Any) -> None:
+    """One gate answered through the door, one through Airflow's own ``PATCH …/hitlDetails`` handler."""
+    from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
+    from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
+
     dag, run = started
-    _parked_gate(session, started)
+    _parked_gate(session, started, task_ids=("first", "second"))
     _airflow.answer_hitl(
         session, dag_id=dag.dag_id, run_id=run.run_id, task_id="first", chosen_options=["Approve"], user="ann"
     )
+    update_hitl_detail(
+        dag_id=dag.dag_id,
+        dag_run_id=run.run_id,
+        task_id="second",
+        update_hitl_detail_payload=UpdateHITLDetailPayload(chosen_options=["Approve"], params_input={}),
+        user=_User("ann"),  # type: ignore[arg-type]
+        session=session,
+        map_index=-1,
+    )
+    session.commit()
     session.expire_all()
-    ti = _airflow.gate_instance(session, dag_id=dag.dag_id, run_id=run.run_id, task_id="first")
-    assert ti.state == _airflow.TaskInstanceState.SCHEDULED
-    assert ti.next_kwargs["event"]["chosen_options"] == ["Approve"]
-    assert ti.hitl_detail.chosen_options == ["Approve"]
-    assert ti.hitl_detail.responded_by == {"id": "ann", "name": "ann"}
+
+    def seen(task_id: str) -> dict[str, Any]:
+        ti = _airflow.gate_instance(session, dag_id=dag.dag_id, run_id=run.run_id, task_id=task_id)
+        event = dict(ti.next_kwargs["event"])
+        event.pop("responded_at")
+        detail = ti.hitl_detail
+        return {
+            "state": ti.state,
+            "event": event,
+            "chosen": detail.chosen_options,
+            "by": detail.responded_by,
+            "params": detail.params_input,
+            "answered": detail.response_received,
+        }
+
+    ours = seen("first")
+    assert ours == seen("second")
+    assert ours["state"] == _airflow.TaskInstanceState.SCHEDULED
+    assert ours["chosen"] == ["Approve"]
+    assert ours["by"] == {"id": "ann", "name": "ann"}
     with pytest.raises(_airflow.HITLRefused) as refused:
         _airflow.answer_hitl(
             session,

@@ -1,8 +1,8 @@
 """Answering approval gates in-process, as the REST API does, and applying their response timeouts.
 
-- :func:`answer_gate` answers through the REST API's own ``PATCH …/hitlDetails`` handler
-  (:func:`.._airflow.answer_hitl`): it checks and writes the answer, then resumes the parked task
-  instance (state ``scheduled``, ``next_method`` ``execute_complete``).
+- :func:`answer_gate` answers as the REST API's ``PATCH …/hitlDetails`` handler does
+  (:func:`.._airflow.answer_hitl`, whose contract test compares the two): it checks and writes
+  the answer, then resumes the parked task instance (state ``scheduled``).
 - :func:`apply_response_timeouts` is the scheduler's ``check_awaiting_input_timeouts`` sweep
   (Airflow's own code): a request past its ``response_timeout`` resumes with its ``defaults``
   (``on_timeout``), or with a timeout error. Nothing runs that sweep in ``dag.test()`` or in
