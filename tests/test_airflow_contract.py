@@ -295,29 +295,35 @@ def test_the_ui_reads_runs_task_instances_and_xcoms(started: tuple[DAG, Any], se
 
 
 def _parked_gate(
-    session: Any, started: tuple[DAG, Any], *, defaults: list[str] | None = None, overdue: bool = False
-) -> Any:
-    """Park task ``first`` in ``awaiting_input`` with a request, as an approval operator would."""
+    session: Any,
+    started: tuple[DAG, Any],
+    *,
+    defaults: list[str] | None = None,
+    overdue: bool = False,
+    task_ids: tuple[str, ...] = ("first",),
+) -> None:
+    """Park tasks in ``awaiting_input``, each with a request, as an approval operator would."""
     from airflow.models.hitl import HITLDetail
 
     dag, run = started
     run.dag = _airflow.scheduler_dag(dag)
     _airflow.schedule_ready_tasks(session, run)
-    ti = next(t for t in run.get_task_instances(session=session) if t.task_id == "first")
-    ti.state = _airflow.TaskInstanceState.AWAITING_INPUT
-    ti.trigger_timeout = datetime.now(UTC) + (timedelta(seconds=-5) if overdue else timedelta(hours=1))
-    session.add(
-        HITLDetail(
-            ti_id=ti.id,
-            options=["Approve", "Reject"],
-            subject="Ship it?",
-            body=None,
-            defaults=defaults,
-            params={},
+    for ti in run.get_task_instances(session=session):
+        if ti.task_id not in task_ids:
+            continue
+        ti.state = _airflow.TaskInstanceState.AWAITING_INPUT
+        ti.trigger_timeout = datetime.now(UTC) + (timedelta(seconds=-5) if overdue else timedelta(hours=1))
+        session.add(
+            HITLDetail(
+                ti_id=ti.id,
+                options=["Approve", "Reject"],
+                subject="Ship it?",
+                body=None,
+                defaults=defaults,
+                params={},
+            )
         )
-    )
     session.commit()
-    return ti
 
 
 def test_waiting_gate_instances_and_gate_instance_load_the_request(
