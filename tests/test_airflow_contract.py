@@ -92,8 +92,11 @@ def test_a_tested_minor_says_nothing(
 
 
 def test_the_states_are_airflows_enums() -> None:
-    assert _airflow.TaskInstanceState.AWAITING_INPUT.value == "awaiting_input"
-    assert _airflow.DagRunState.RUNNING.value == "running"
+    from airflow.utils import state
+
+    assert _airflow.TaskInstanceState is state.TaskInstanceState
+    assert _airflow.DagRunState is state.DagRunState
+    assert str(_airflow.TaskInstanceState("awaiting_input")) == "awaiting_input"
     with pytest.raises(AttributeError):
         _airflow.NoSuchName  # noqa: B018
 
