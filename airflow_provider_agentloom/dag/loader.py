@@ -51,9 +51,10 @@ from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.dag import from_file
 from airflow_provider_agentloom.dag.build import TAG, dag_id_for
 from airflow_provider_agentloom.dag.checks import usable_dag_id
+from airflow_provider_agentloom.dag.from_file import build_workflow_dag, contained
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.operators.invalid import InvalidWorkflowOperator
-from airflow_provider_agentloom.plan.ids import safe_id
+from airflow_provider_agentloom.plan.ids import MAX_ID, safe_id
 from airflow_provider_agentloom.settings import parse_cache_dir, workflow_limits
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.limits import ParseLimits, ParseTimeoutError, read_workflow_text
@@ -66,11 +67,9 @@ DEFAULT_PATTERNS = ("*.yaml", "*.yml")
 GLOBAL_PREFIX = "agentloom_dag__"
 INVALID_TAG = "invalid"
 INVALID_PREFIX = "agentloom_invalid__"
-MAX_ID_LENGTH = 250
 
 _NAME_LINE = re.compile(r"^name:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 _DAG_ID_LINE = re.compile(r"^[ \t]+dag_id:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
-_UNSAFE_ID = re.compile(r"[^\w.-]")
 _IMPORT_MARGIN_SECONDS = 2.0
 
 
@@ -103,7 +102,6 @@ def load_workflows(
     :param working_dir: the directory built-in tools run from (``{dag_id}``/``{run_id}`` filled in).
     :return: the DAGs built, by DAG id.
     """
-
     globals_dict = globals_dict if globals_dict is not None else {}
     root = Path(folder) if folder is not None else _caller_folder(globals_dict)
     dags: dict[str, DAG] = {}
@@ -163,7 +161,7 @@ class _FolderLoad:
             try:
                 self._load_one(path, wanted, dags)
             except Exception as exc:  # the per-file functions contain everything; this is the last guard
-                self.broken.append((path, str(from_file.contained(str(path), exc, "load"))))
+                self.broken.append((path, str(contained(str(path), exc, "load"))))
         if not self.broken:
             return
         path_ids = placeholder_ids(every_file, self.root)  # from every file, as any worker computes them
@@ -178,7 +176,6 @@ class _FolderLoad:
                 log.exception("Could not build the placeholder DAG of %s: %s", path, message)
 
     def _load_one(self, path: Path, wanted: str | None, dags: dict[str, DAG]) -> None:
-
         left = _import_seconds_left()
         if left is not None and left < _IMPORT_MARGIN_SECONDS:
             self.broken.append((path, _out_of_time(path, left)))
@@ -203,7 +200,7 @@ class _FolderLoad:
         if wanted is not None and dag_id != wanted:
             self.owners[dag_id] = path
             return
-        dag = from_file.build_workflow_dag(result, tools=self.tools, working_dir=self.working_dir)
+        dag = build_workflow_dag(result, tools=self.tools, working_dir=self.working_dir)
         if isinstance(dag, WorkflowValidationError):
             self.broken.append((path, str(dag)))
             return
@@ -281,7 +278,6 @@ def _parsing_context_dag_id() -> str | None:
 
 def scan_dag_id(text: str) -> str | None:
     """Read a workflow file's DAG id from its ``name:`` (or ``dag_id:``) line, without parsing the file."""
-
     override = _DAG_ID_LINE.search(text)
     if override is not None:
         return _unquote(override.group(1))
@@ -324,12 +320,10 @@ def placeholder_ids(files: list[Path], root: Path) -> dict[Path, str]:
     Where two paths give the same id (``a b/x.yaml`` and ``a_b/x.yaml``), or an id would be too
     long for Airflow, a short hash of the path is appended.
     """
-    names = {path: INVALID_PREFIX + _UNSAFE_ID.sub("_", _relative(path, root)) for path in files}
+    names = {path: INVALID_PREFIX + safe_id(_relative(path, root)) for path in files}
     counts = Counter(names.values())
     return {
-        path: name
-        if counts[name] == 1 and len(name) <= MAX_ID_LENGTH
-        else _hashed(name, _relative(path, root))
+        path: name if counts[name] == 1 and len(name) <= MAX_ID else _hashed(name, _relative(path, root))
         for path, name in names.items()
     }
 
@@ -343,12 +337,11 @@ def _relative(path: Path, root: Path) -> str:
 
 def _hashed(name: str, key: str) -> str:
     digest = hashlib.sha1(key.encode(errors="surrogateescape"), usedforsecurity=False).hexdigest()[:10]
-    return f"{name[: MAX_ID_LENGTH - 12]}__{digest}"
+    return f"{name[: MAX_ID - 12]}__{digest}"
 
 
 def _placeholder_id(path: Path, path_id: str, taken: set[str], limits: ParseLimits) -> str:
     """The file's scanned DAG id when usable and free, else its path id (made unique against ``taken``)."""
-
     scanned = _scan_file(path, limits)
     if scanned and scanned not in taken and usable_dag_id(scanned):
         return scanned
@@ -362,7 +355,6 @@ def _placeholder_id(path: Path, path_id: str, taken: set[str], limits: ParseLimi
 def _cached_load(
     path: Path, limits: ParseLimits, disk: ParseCache | None = None
 ) -> Workflow | WorkflowValidationError:
-
     key = str(path)
     entry = _CACHE.get(key)
     if entry is not None and _same_limits(entry.limits, limits) and _stamp_of(entry.stamp) == entry.stamp:
@@ -370,7 +362,7 @@ def _cached_load(
     stamp = _stamp_of(((key, 0, 0),))
     result: Workflow | WorkflowValidationError | None = disk.get(key, limits) if disk else None
     if result is None:
-        result = from_file.read_workflow(path, limits)
+        result = from_file.read_workflow(path, limits)  # through the module: a test counts the reads
         if isinstance(result, Workflow) and disk is not None:
             disk.put(key, limits, result)
     if isinstance(result, ParseTimeoutError):
@@ -421,7 +413,6 @@ def _report_broken(path: Path, message: str, dag_id: str) -> DAG:
 
 
 def _placeholder_dag(path: Path, message: str, dag_id: str) -> DAG:
-
     first_line = message.splitlines()[0] if message else "invalid workflow"
     dag = DAG(
         dag_id=dag_id,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom import _airflow
-from airflow_provider_agentloom.operators.services import WorkflowRunContext
+from airflow_provider_agentloom.plan.scope import Scope
 from airflow_provider_agentloom.runner.approvals import answer_gate, apply_response_timeouts
 from airflow_provider_agentloom.runner.db_writes import DatabaseWrites
 from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
@@ -90,7 +90,7 @@ class DagRunDriver:
     def __init__(
         self,
         dag: DAG,
-        run_context: WorkflowRunContext,
+        run_context: Scope,
         home: EmbeddedHome,
         *,
         conf: Mapping[str, Any] | None = None,
