@@ -243,3 +243,7 @@ class RunError(AgentLoomError):
     """
 
     retryable = False
+
+
+class AirflowContractError(AgentLoomError):
+    """An Airflow internal that the runner, the loader or serve relies on broke its contract."""

@@ -204,14 +204,15 @@ def get_provider_info() -> dict[str, Any]:
                         "default": None,
                     },
                     "preload_modules": {
-                        "description": "Whether the scheduler, the dag-processor and the triggerer import "
-                        "AgentLoom's loader, operators and tools when they start, so that the parses and "
-                        "tasks they fork (the LocalExecutor's) start with them instead of importing them "
-                        "each time. Task processes and other commands never do.",
+                        "description": "Whether a process that loads Airflow's plugins (set it for the "
+                        "scheduler, the dag-processor and the triggerer) imports AgentLoom's loader, "
+                        "operators and tools then, so that the parses and tasks it forks (the "
+                        "LocalExecutor's) start with them instead of importing them each time. "
+                        "agentloom serve turns it on for the components it starts.",
                         "version_added": "0.1.0",
                         "type": "boolean",
-                        "example": "False",
-                        "default": "True",
+                        "example": "True",
+                        "default": "False",
                     },
                     **_WORKFLOW_LIMIT_OPTIONS,
                 },

@@ -144,10 +144,10 @@ def parse_cache_dir() -> str | None:
 
 
 def preload_modules() -> bool:
-    """Return ``[agentloom] preload_modules``: whether Airflow's jobs import our modules at start
-    (see :mod:`airflow_provider_agentloom.runner.warm.preload`; default True)."""
+    """Return ``[agentloom] preload_modules``: whether a process loading Airflow's plugins imports our
+    modules then (see :mod:`airflow_provider_agentloom.runner.warm.plugin`; default False)."""
     value = option("preload_modules")
-    return value is None or value.strip().lower() not in ("false", "no", "off", "0")
+    return value is not None and value.strip().lower() in ("true", "yes", "on", "1")
 
 
 def workflow_limits() -> ParseLimits:

@@ -18,8 +18,8 @@ tasks push them), queues the step's task and runs it through Airflow's own task 
 (``supervise_task``), which forks the task process that talks to the API server. Inside that task
 process it times ``StepRun.read_state`` (the state assembly), counts its requests, and reads the
 process's peak RSS and the Python memory the assembly allocated at its peak (tracemalloc, in a
-second, untimed assembly). The former reads (``AGENTLOOM_STATE_READS=per-source``: metadata and
-output of every source, one request each) and the new ones alternate task by task.
+second, untimed assembly). The former reads (metadata and output of every source, one request each:
+:func:`former_state_for`, this benchmark's own copy of them) and the new ones alternate task by task.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any
 from contract import figure, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("old", "new")  # old: per-source reads (AGENTLOOM_STATE_READS=per-source)
+VARIANTS = ("old", "new")  # old: per-source reads (former_state_for)
 CHAIN_LENGTH = 200
 FANIN_WIDTH = 50
 
@@ -188,6 +188,32 @@ def stop(server: subprocess.Popen[bytes]) -> None:
 # -- inside the task process -----------------------------------------------------------------
 
 
+def former_state_for(
+    context: Any,
+    step_id: str,
+    reader: Any,
+    overrides: Any,
+    on_missing: Any = None,
+    secrets: list[str] | None = None,
+) -> dict[str, Any]:
+    """The former state assembly, for the comparison: every source's metadata, then its output."""
+    from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus
+    from airflow_provider_agentloom.workflow.state import rebuild_state, state_sources
+
+    base = context.scope_base(reader, overrides, on_missing, secrets)
+    results = []
+    for source in state_sources(context.graph, step_id):
+        task_id = context.task_id(source)
+        meta = StepMeta.from_xcom(reader.pull(task_id, META_KEY))
+        if meta is None or meta.status == StepStatus.RUNNING:
+            continue  # skipped by Airflow or not run: it wrote nothing
+        value = reader.pull(task_id, "return_value")
+        if meta.status == StepStatus.SUCCESS and value is None and not meta.output_is_none:
+            continue
+        results.append((source, context.graph.steps[source].output, value, meta.status.value))
+    return rebuild_state(base, results)
+
+
 def instrument(out_file: Path) -> None:
     """Wrap ``StepRun.read_state`` (inherited by the forked task processes) to record its cost."""
     import resource
@@ -235,6 +261,17 @@ def instrument(out_file: Path) -> None:
         return state
 
     StepRun.read_state = read_state  # type: ignore[method-assign]
+
+    from airflow_provider_agentloom.operators.services import WorkflowRunContext
+
+    current = WorkflowRunContext.state_for
+
+    def state_for(self: WorkflowRunContext, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if os.environ.get("BENCH_STATE_VARIANT") == "old":
+            return former_state_for(self, *args, **kwargs)
+        return current(self, *args, **kwargs)
+
+    WorkflowRunContext.state_for = state_for  # type: ignore[method-assign]
 
 
 def _status_kb(field: str) -> int:
@@ -372,10 +409,6 @@ class Bench:
                 os.environ["BENCH_STATE_VARIANT"] = variant
                 if memory:
                     os.environ["BENCH_STATE_MEMORY"] = "1"
-                if variant == "old":
-                    os.environ["AGENTLOOM_STATE_READS"] = "per-source"
-                else:
-                    os.environ.pop("AGENTLOOM_STATE_READS", None)
                 log = os.open(self.home / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
                 os.dup2(log, 1)
                 os.dup2(log, 2)

@@ -105,7 +105,7 @@ def _resume_answered(session: Any, gate: Any) -> bool:
     """
     from airflow.utils.state import TaskInstanceState
 
-    from airflow_provider_agentloom.runner.approvals import gate_instance, resume_with_response
+    from airflow_provider_agentloom._airflow import gate_instance, resume_with_response
 
     ti = gate_instance(
         session, dag_id=gate.dag_id, run_id=gate.run_id, task_id=gate.task_id, map_index=gate.map_index

@@ -18,8 +18,8 @@ PROBE = textwrap.dedent(
     from pathlib import Path
     from airflow_provider_agentloom.runner.home import prepare_home
     prepare_home(Path(sys.argv[1]))
-    from airflow_provider_agentloom.runner.processes import _serve_installed_api_version_only
-    trimmed = _serve_installed_api_version_only()
+    from airflow_provider_agentloom._airflow import serve_latest_execution_api_only
+    trimmed = serve_latest_execution_api_only()
     from airflow.api_fastapi.app import create_app
     from airflow.api_fastapi.execution_api import versions
     from airflow.sdk.api.datamodels._generated import API_VERSION

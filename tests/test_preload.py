@@ -1,91 +1,109 @@
-"""The jobs' preload: an Airflow job's process imports our modules as it loads plugins; nothing else does.
+"""The jobs' preload: a plugin of its own that imports our modules on load, only when the option says so.
 
 Each case runs in a fresh interpreter (this test process has long since imported everything),
-loading plugins the way Airflow does at a job's start (``get_listener_manager``, which loads every
-plugin through its entry point), with a private ``AIRFLOW_HOME`` and the ``sys.argv`` of the
-command it plays.
+with a private ``AIRFLOW_HOME``. Airflow finds plugins through installed entry points, which the
+shared test environment lists as installed; the preload plugin is loaded here as Airflow loads
+an entry point's plugin (``plugins_manager`` instantiates the class and calls ``on_load``), and
+the installed plugins are loaded as a job does, through ``get_listener_manager``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from cli_support import fresh_python_json
 
-from airflow_provider_agentloom.runner.warm.preload import TASK_MODULES, is_job_command
+from airflow_provider_agentloom.runner.warm.preload import TASK_MODULES
+from airflow_provider_agentloom.serve.stack import PRELOAD_VARIABLE, component_env
 
-PROBE = """
+ROOT = Path(__file__).resolve().parents[1]
+
+LOAD_THE_PRELOAD_PLUGIN = """
 import json, sys
-sys.argv = json.loads(sys.argv[1])
 before = [name for name in MODULES if name in sys.modules]
-from airflow.listeners.listener import get_listener_manager
-listeners = get_listener_manager()  # what a Job does as it starts: every plugin is loaded
+from airflow.plugins_manager import AirflowPlugin
+from airflow_provider_agentloom.runner.warm.plugin import AgentLoomPreloadPlugin
+plugin = AgentLoomPreloadPlugin()
+assert isinstance(plugin, AirflowPlugin)
+plugin.on_load()
 models = sys.modules.get("airflow_provider_agentloom.workflow.models")
 print(json.dumps({
     "before": before,
     "after": [name for name in MODULES if name in sys.modules],
-    "listeners": listeners.has_listeners,
     # a tool step dumps its sandbox config: built here, not in each task process
     "models_built": None if models is None else models.SandboxConfig.__pydantic_complete__,
 }))
 """
 
+LOAD_THE_INSTALLED_PLUGINS = """
+import json, sys
+sys.argv = [sys.executable.rsplit("/", 1)[0] + "/airflow", "scheduler"]  # what the argv sniffing read
+from airflow.listeners.listener import get_listener_manager
+listeners = get_listener_manager()  # what a Job does as it starts: every plugin is loaded
+print(json.dumps({
+    "after": [name for name in MODULES if name in sys.modules],
+    "listeners": listeners.has_listeners,
+}))
+"""
 
-def _probe(tmp_path: Path, argv: list[str], **settings: str) -> dict[str, object]:
-    code = f"MODULES = {list(TASK_MODULES)!r}\n{PROBE}"
-    # Airflow's example plugins register a listener: without them, ours is the only plugin.
+
+def _probe(tmp_path: Path, code: str, **settings: str) -> dict[str, object]:
     found: dict[str, object] = fresh_python_json(
-        tmp_path, code, json.dumps(argv), AIRFLOW__CORE__LOAD_EXAMPLES="False", **settings
+        tmp_path,
+        f"MODULES = {list(TASK_MODULES)!r}\n{code}",
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        **settings,
     )
     return found
 
 
-SCHEDULER = [str(Path(sys.executable).parent / "airflow"), "scheduler"]
-
-
-def test_a_job_imports_our_task_modules_as_it_loads_plugins_and_registers_no_listener(
-    tmp_path: Path,
-) -> None:
-    found = _probe(tmp_path, SCHEDULER)
+def test_the_preload_plugin_imports_our_task_modules_when_turned_on(tmp_path: Path) -> None:
+    found = _probe(tmp_path, LOAD_THE_PRELOAD_PLUGIN, AIRFLOW__AGENTLOOM__PRELOAD_MODULES="True")
     assert found["before"] == []
     assert found["after"] == list(TASK_MODULES)
     assert found["models_built"] is True
+
+
+@pytest.mark.parametrize(
+    "setting", [{}, {"AIRFLOW__AGENTLOOM__PRELOAD_MODULES": "False"}], ids=["default", "off"]
+)
+def test_the_preload_plugin_does_nothing_unless_turned_on(tmp_path: Path, setting: dict[str, str]) -> None:
+    found = _probe(tmp_path, LOAD_THE_PRELOAD_PLUGIN, **setting)
+    assert (found["before"], found["after"]) == ([], [])
+
+
+def test_loading_the_ui_plugin_preloads_nothing_and_registers_no_listener(tmp_path: Path) -> None:
+    """Even in a scheduler's process: ``sys.argv`` is read by nothing of ours (the preload is off by default)."""
+    found = _probe(tmp_path, LOAD_THE_INSTALLED_PLUGINS)
+    assert found["after"] == []
     # Any listener would make Airflow refuse every DAG with an end_from_trigger=True task.
     assert found["listeners"] is False
 
 
-@pytest.mark.parametrize(
-    ("argv", "settings"),
-    [
-        (["/venv/lib/python3.11/site-packages/airflow/__main__.py", "api-server"], {}),
-        (["/venv/bin/python", "-m", "airflow.sdk.execution_time.execute_workload"], {}),  # a task
-        (SCHEDULER, {"AIRFLOW__AGENTLOOM__PRELOAD_MODULES": "False"}),
-    ],
-    ids=["api-server", "task-process", "turned-off"],
-)
-def test_nothing_is_imported_in_other_processes_or_when_turned_off(
-    tmp_path: Path, argv: list[str], settings: dict[str, str]
-) -> None:
-    found = _probe(tmp_path, argv, **settings)
-    assert (found["before"], found["after"]) == ([], [])
+def test_the_preload_plugin_has_its_own_entry_point() -> None:
+    """Installed metadata is read from pyproject: a reinstall (``pip install -e .``) picks it up."""
+    plugins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
+        "airflow.plugins"
+    ]
+    assert plugins == {
+        "agentloom": "airflow_provider_agentloom.ui.plugin:AgentLoomUIPlugin",
+        "agentloom_preload": "airflow_provider_agentloom.runner.warm.plugin:AgentLoomPreloadPlugin",
+    }
 
 
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["/venv/bin/airflow", "scheduler"], True),
-        (["/venv/bin/airflow", "dag-processor", "--subdir", "x"], True),
-        (["/venv/lib/python3.11/site-packages/airflow/__main__.py", "triggerer"], True),
-        (["/venv/bin/airflow", "tasks", "test", "scheduler"], False),
-        (["/venv/bin/airflow"], False),
-        (["/home/me/scheduler.py", "scheduler"], False),
-    ],
-)
-def test_the_job_commands(argv: list[str], expected: bool) -> None:
-    assert is_job_command(argv) is expected
+def test_serve_turns_the_preload_on_for_the_jobs_only() -> None:
+    env = {"PATH": "/bin"}
+    for job in ("scheduler", "dag-processor", "triggerer"):
+        assert component_env(job, env) == {"PATH": "/bin", PRELOAD_VARIABLE: "True"}
+    assert component_env("api-server", env) == env
+    assert component_env("scheduler", {PRELOAD_VARIABLE: "False"}) == {PRELOAD_VARIABLE: "False"}
+
+
+SCHEDULER = [str(Path(sys.executable).parent / "airflow"), "scheduler"]
 
 
 DEFERRED_DAG = """

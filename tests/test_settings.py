@@ -40,7 +40,10 @@ def _no_options(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_each_getter_returns_the_declared_default_when_the_option_is_unset(name: str) -> None:
     declared = get_provider_info()["config"]["agentloom"]["options"][name]
     value = GETTERS[name]()
-    assert value == (None if declared["default"] is None else type(value)(declared["default"]))
+    if isinstance(value, bool):
+        assert value is (declared["default"] == "True")
+    else:
+        assert value == (None if declared["default"] is None else type(value)(declared["default"]))
 
 
 @pytest.mark.parametrize("name", sorted(NUMBERS))
@@ -93,8 +96,9 @@ def test_the_parse_cache_lives_in_the_airflow_home_unless_moved_or_off(
         assert settings.parse_cache_dir() is None
 
 
-def test_the_jobs_preload_our_modules_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert settings.preload_modules() is True
+def test_the_preload_is_off_unless_turned_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__AGENTLOOM__PRELOAD_MODULES", raising=False)
+    assert settings.preload_modules() is False
     for off in ("False", "false", "no", "off", "0"):
         monkeypatch.setenv("AIRFLOW__AGENTLOOM__PRELOAD_MODULES", off)
         assert settings.preload_modules() is False

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_agentloom.operators.state_reads import READS_ENV, SourceReader, per_source_reads
+from airflow_provider_agentloom.operators.state_reads import SourceReader
 from airflow_provider_agentloom.workflow.results import META_KEY
 
 
@@ -55,7 +55,6 @@ def test_result_is_the_metadata_first_reads_result(
     ti = FakeTI(XCOMS)
     assert SourceReader(ti).result(task_id) == expected
     assert len(ti.calls) == requests
-    assert SourceReader(FakeTI(XCOMS)).per_source_result(task_id) == expected
 
 
 def test_each_xcom_is_read_once() -> None:
@@ -65,10 +64,3 @@ def test_each_xcom_is_read_once() -> None:
     assert reader.pull("failed", META_KEY) == meta("failed", error="boom")
     assert ti.calls == [("failed", "return_value"), ("failed", META_KEY)]
     assert reader.requests == 2
-
-
-def test_per_source_reads_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(READS_ENV, raising=False)
-    assert not per_source_reads()
-    monkeypatch.setenv(READS_ENV, "per-source")
-    assert per_source_reads()

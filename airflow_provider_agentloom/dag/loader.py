@@ -39,7 +39,6 @@ import logging
 import os
 import re
 import signal
-import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.dag import from_file
 from airflow_provider_agentloom.dag.build import TAG, dag_id_for
 from airflow_provider_agentloom.dag.checks import usable_dag_id
@@ -406,12 +406,9 @@ def _report_broken(path: Path, message: str, dag_id: str) -> DAG:
     Raising instead would make Airflow drop every DAG of the loader file.
     """
     log.error("Workflow file %s does not load: %s", path, message)
-    bag = _executing_dagbag()
+    bag = _airflow.executing_dagbag()
     if bag is not None:
-        try:
-            bag.import_errors[_import_error_key(bag, path)] = message
-        except Exception:  # best effort: the placeholder DAG below is the reliable signal
-            log.debug("Could not record the import error of %s", path, exc_info=True)
+        _airflow.record_import_error(bag, path, message)
     return _placeholder_dag(path, message, dag_id)
 
 
@@ -428,33 +425,3 @@ def _placeholder_dag(path: Path, message: str, dag_id: str) -> DAG:
         task_id="invalid_workflow", message=message, dag=dag, doc_md=f"```\n{message}\n```"
     )
     return dag
-
-
-def _executing_dagbag() -> Any:
-    """Find the DagBag whose module import is running this loader (None outside a DagBag)."""
-    try:
-        from airflow.dag_processing.dagbag import DagBag
-    except ImportError:  # pragma: no cover
-        return None
-    frame = sys._getframe(1)
-    while frame is not None:
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, DagBag):
-            return candidate
-        frame = frame.f_back  # type: ignore[assignment]
-    return None
-
-
-def _import_error_key(bag: Any, path: Path) -> str:
-    """The file's path relative to the bundle, as Airflow keys import errors (never resolving a link loop)."""
-    bundle_path = getattr(bag, "bundle_path", None)
-    if bundle_path:
-        try:
-            return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(bundle_path)))
-        except ValueError:
-            pass
-        try:
-            return str(Path(os.path.realpath(path)).relative_to(os.path.realpath(bundle_path)))
-        except ValueError:
-            pass
-    return str(path)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import StepError
-from airflow_provider_agentloom.operators.state_reads import per_source_reads
 from airflow_provider_agentloom.plan.ids import path_segment
 from airflow_provider_agentloom.plan.scope import Scope
 from airflow_provider_agentloom.tools.base import BaseTool
@@ -78,10 +77,6 @@ class WorkflowRunContext(Scope):
     provider_gateway: Any = None
     require_registry: bool = False
     llm: LLMOptions = field(default_factory=LLMOptions)
-
-    def reads_per_source(self) -> bool:
-        """``AGENTLOOM_STATE_READS=per-source``: the former reads, for the benchmark's comparison."""
-        return per_source_reads()
 
     def resolve_working_dir(self, run_id: str) -> Path:
         """Return (and create) the directory built-in tools run from for this run.

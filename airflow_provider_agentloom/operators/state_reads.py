@@ -13,22 +13,18 @@ task's supervisor serves one request at a time. So the number of requests is wha
 - only the sources whose result can show: ``workflow.state.assemble_state``'s choice (in a chain
   that keeps rewriting one key, the latest writer only).
 
-``AGENTLOOM_STATE_READS=per-source`` keeps the former reads (metadata, then output, of every
-source), for the benchmark's side-by-side comparison (``bench/bench_state.py``).
+``bench/bench_state.py`` measures the former reads (metadata, then output, of every source) with
+its own copy of them, beside these.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus
 
-__all__ = ["READS_ENV", "SourceReader", "in_a_task_process", "per_source_reads"]
-
-READS_ENV = "AGENTLOOM_STATE_READS"
-"""``per-source`` reads every source's metadata and output, one request each (the former way)."""
+__all__ = ["SourceReader", "in_a_task_process"]
 
 
 def in_a_task_process() -> bool:
@@ -39,11 +35,6 @@ def in_a_task_process() -> bool:
     from airflow.sdk.execution_time import task_runner
 
     return getattr(task_runner, "SUPERVISOR_COMMS", None) is not None
-
-
-def per_source_reads() -> bool:
-    """Whether ``AGENTLOOM_STATE_READS=per-source`` asks for the former reads."""
-    return os.environ.get(READS_ENV, "").strip().lower() == "per-source"
 
 
 class SourceReader:
@@ -83,10 +74,10 @@ class SourceReader:
         value = self.pull(task_id, "return_value")
         if value is not None:
             return StepStatus.SUCCESS.value, value  # stored after its metadata said success
-        return self.per_source_result(task_id)
+        return self._from_metadata(task_id)
 
-    def per_source_result(self, task_id: str) -> tuple[str, Any] | None:
-        """The result from the task's metadata, then its output (the former read, two requests)."""
+    def _from_metadata(self, task_id: str) -> tuple[str, Any] | None:
+        """The result from the task's metadata, then its output (a source with no output stored)."""
         meta = StepMeta.from_xcom(self.pull(task_id, META_KEY))
         if meta is None or meta.status == StepStatus.RUNNING:
             return None  # skipped by Airflow or not run: it wrote nothing

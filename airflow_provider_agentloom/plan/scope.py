@@ -35,8 +35,6 @@ from airflow_provider_agentloom.workflow.redaction import (
 from airflow_provider_agentloom.workflow.state import (
     assemble_state,
     initial_state,
-    rebuild_state,
-    state_sources,
 )
 from airflow_provider_agentloom.workflow.templates import resolve_value
 
@@ -46,9 +44,6 @@ class StateReader(Protocol):
 
     def result(self, task_id: str) -> tuple[str, Any] | None:
         """``(status, output)`` of a source task, or None when it left nothing to apply."""
-
-    def per_source_result(self, task_id: str) -> tuple[str, Any] | None:
-        """The same, read as metadata then output (the former way, kept for the benchmark)."""
 
 
 @dataclass
@@ -255,15 +250,4 @@ class Scope:
         :param secrets: collects the enclosing scopes' redacted values (:meth:`scope_base`).
         """
         base = self.scope_base(reader, overrides, on_missing, secrets)
-        if self.reads_per_source():  # the former reads, kept for comparison (bench/bench_state.py)
-            results = []
-            for source in state_sources(self.graph, step_id):
-                found = reader.per_source_result(self.task_id(source))
-                if found is not None:
-                    results.append((source, self.graph.steps[source].output, found[1], found[0]))
-            return rebuild_state(base, results)
         return assemble_state(self.graph, step_id, base, lambda source: reader.result(self.task_id(source)))
-
-    def reads_per_source(self) -> bool:
-        """Whether :meth:`state_for` reads every source the former way (the run-time side decides)."""
-        return False

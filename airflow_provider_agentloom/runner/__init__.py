@@ -1,7 +1,7 @@
-"""The in-process runner: ``run_workflow()`` runs one workflow through Airflow and returns a ``RunResult``.
+"""The local runner: ``run_workflow()`` runs one workflow through Airflow, in the caller's process.
 
-The CLI (``agentloom run``) and the Python API (``WorkflowEngine``) both use it; there is no
-second execution engine.
+The CLI (``agentloom run``) and the Python API (``WorkflowEngine``) both use it; the warm runner
+(:mod:`.warm`, opt-in) is a speed-up around it, never a second execution engine.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.runner.interrupts import RunInterrupted
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def run_workflow(
     ask: AskGate | None = None,
     resume_run_id: str | None = None,
     record: Mapping[str, Any] | None = None,
-    daemon: bool | None = None,
+    daemon: bool = False,
 ) -> RunResult:
     """Run a workflow through Airflow in this process and return its result.
 
@@ -59,68 +60,47 @@ def run_workflow(
     :param record: what the home's run history keeps of the run (``agentloom runs``/``resume``).
     :param stop: set this event (from another thread) to stop the run as Ctrl-C does; then
         :class:`RunInterrupted` is raised, its result's error saying ``Run cancelled``.
-    :param daemon: run in the home's warm runner (started on first use, see
-        :mod:`.daemon`) rather than in this process. By default it does, unless
-        ``AGENTLOOM_NO_DAEMON=1`` or the arguments cannot be sent there as JSON (a tool defined
-        inside a function or in ``__main__``, a gateway or sandbox object, a value JSON does not
-        hold exactly, a stream to another file descriptor): then it runs here. The runner also
-        serves a process whose Airflow is configured on another database. A runner folder or
-        socket that may be another user's raises ``RunnerNotTrusted`` (a ``RuntimeError``)
-        before anything is sent.
+    :param daemon: True runs in the home's warm runner (started on first use, see :mod:`.warm`)
+        rather than in this process: faster after the first run. The arguments must then go as
+        JSON (not a tool defined inside a function or in ``__main__``, a gateway or sandbox
+        object, a value JSON does not hold exactly, a stream to another file descriptor), else
+        ``ValueError`` says why. A runner folder or socket that may be another user's raises
+        ``RunnerNotTrusted`` (a ``RuntimeError``) before anything is sent.
     :raises RunInterrupted: (a ``KeyboardInterrupt``) when Ctrl-C, SIGTERM or SIGHUP stopped
         the run: its steps' processes were killed, the DAG run was marked failed, and the
         exception's ``result`` is the failed run's result. A second signal raises a plain
         ``KeyboardInterrupt`` at once.
     """
-    if _use_runner(daemon):
-        from airflow_provider_agentloom.runner.home import default_home
-        from airflow_provider_agentloom.runner.private import ensure_private_home
-        from airflow_provider_agentloom.runner.warm import remote
+    if daemon:
+        return _run_in_warm_runner(
+            workflow,
+            home,
+            {
+                "tools": list(tools),
+                "state": dict(state) if state is not None else None,
+                "working_dir": os.fspath(working_dir) if working_dir is not None else None,
+                "on_progress": on_progress,
+                "run_context_options": run_context_options,
+                "stop": stop,
+                "answers": dict(answers) if answers is not None else None,
+                "ask": ask,
+                "resume_run_id": resume_run_id,
+                "record": dict(record) if record is not None else None,
+            },
+        )
+    from airflow_provider_agentloom.runner.home import prepare_home
 
-        root = Path(home).expanduser().resolve() if home is not None else default_home()
-        ensure_private_home(root)  # never hand a run to another user's home
-        arguments = {
-            "workflow": workflow if not isinstance(workflow, os.PathLike) else os.fspath(workflow),
-            "tools": list(tools),
-            "state": dict(state) if state is not None else None,
-            "home": str(root),
-            "working_dir": os.fspath(working_dir) if working_dir is not None else None,
-            "on_progress": on_progress,
-            "run_context_options": run_context_options,
-            "stop": stop,
-            "answers": dict(answers) if answers is not None else None,
-            "ask": ask,
-            "resume_run_id": resume_run_id,
-            "record": dict(record) if record is not None else None,
-        }
-        try:
-            return remote.call_in_runner(root, arguments)  # type: ignore[no-any-return]
-        except remote.Unshippable as exc:
-            if daemon:
-                raise ValueError(f"this run cannot go to the warm runner: {exc}") from None
-            log.debug("Running in this process: %s", exc)
-            not_shipped = str(exc)
-    else:
-        not_shipped = ""
-
-    from airflow_provider_agentloom.runner.home import HomeConflictError, prepare_home
+    _quiet_known_warnings()
+    embedded = prepare_home(Path(home) if home is not None else None)
+    # Imported only now, not at the top: these import Airflow, which configures itself on the
+    # home of the environment at its first import; prepare_home() has just set that environment.
+    from airflow_provider_agentloom.dag.build import build_dag
+    from airflow_provider_agentloom.runner.engine import DagRunDriver
     from airflow_provider_agentloom.workflow.models import Workflow
     from airflow_provider_agentloom.workflow.parser import load_workflow
 
-    _quiet_known_warnings()
-    try:
-        embedded = prepare_home(Path(home) if home is not None else None)
-    except HomeConflictError as exc:
-        if not not_shipped:
-            raise
-        raise HomeConflictError(
-            f"{exc}; the warm runner could not take this run either: {not_shipped}"
-        ) from None
+    _airflow.warn_if_untested()
     model = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
-
-    from airflow_provider_agentloom.dag.build import build_dag
-    from airflow_provider_agentloom.runner.engine import DagRunDriver
-
     dag = build_dag(
         model,
         tools=tools,
@@ -144,12 +124,26 @@ def run_workflow(
     return driver.run()
 
 
-def _use_runner(daemon: bool | None) -> bool:
-    if daemon is not None:
-        return daemon
-    from airflow_provider_agentloom.runner.warm.protocol import daemon_disabled
+def _run_in_warm_runner(
+    workflow: Workflow | str | os.PathLike[str], home: str | os.PathLike[str] | None, options: dict[str, Any]
+) -> RunResult:
+    """Hand the call to the home's warm runner, as JSON (see :mod:`.warm.shipping`)."""
+    # The warm runner's client (~35 ms of imports) is loaded only by the calls that ask for it.
+    from airflow_provider_agentloom.runner.home import default_home
+    from airflow_provider_agentloom.runner.private import ensure_private_home
+    from airflow_provider_agentloom.runner.warm import remote
 
-    return not daemon_disabled()
+    root = Path(home).expanduser().resolve() if home is not None else default_home()
+    ensure_private_home(root)  # never hand a run to another user's home
+    arguments = {
+        "workflow": workflow if not isinstance(workflow, os.PathLike) else os.fspath(workflow),
+        "home": str(root),
+        **options,
+    }
+    try:
+        return remote.call_in_runner(root, arguments)  # type: ignore[no-any-return]
+    except remote.Unshippable as exc:
+        raise ValueError(f"this run cannot go to the warm runner: {exc}") from None
 
 
 def _run_context_of(dag: Any, workflow: Workflow) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from airflow_provider_agentloom.runner import run_workflow
 from airflow_provider_agentloom.tools.registry import ToolRegistry
 from airflow_provider_agentloom.workflow.models import Workflow
 from airflow_provider_agentloom.workflow.results import RunResult
@@ -31,6 +32,7 @@ class WorkflowEngine:
     :param state: initial state overrides.
     :param home: the runner's private Airflow home (default ``$AGENTLOOM_HOME``).
     :param working_dir: the directory built-in tools run from (default: the current one).
+    :param daemon: run in the home's warm runner (see ``run_workflow``); default: in this process.
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class WorkflowEngine:
         home: str | os.PathLike[str] | None = None,
         working_dir: str | os.PathLike[str] | None = None,
         on_progress: Any = None,
+        daemon: bool = False,
     ) -> None:
         self.workflow = workflow
         self.provider_gateway = provider_gateway
@@ -51,6 +54,7 @@ class WorkflowEngine:
         self.home = home
         self.working_dir = working_dir
         self.on_progress = on_progress
+        self.daemon = daemon
 
     async def run(self) -> RunResult:
         """Run the workflow to its end (or to an approval gate) and return its result.
@@ -58,8 +62,6 @@ class WorkflowEngine:
         Cancelling the call (as ``asyncio.run`` does on Ctrl-C) stops the run: its steps'
         processes are killed and the DAG run is marked failed before the cancellation goes on.
         """
-        from airflow_provider_agentloom.runner import run_workflow
-
         options = {
             "tool_registry": self.tool_registry,
             "provider_gateway": self.provider_gateway,
@@ -77,6 +79,7 @@ class WorkflowEngine:
                     on_progress=self.on_progress,
                     run_context_options=options,
                     stop=stop,
+                    daemon=self.daemon,
                 )
             finally:
                 ended.set()

@@ -22,6 +22,7 @@ Execution API serves the tasks), with the differences a workflow runner needs:
 
 from __future__ import annotations
 
+import getpass
 import logging
 import secrets
 import signal
@@ -30,11 +31,12 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.exceptions import RunError
 from airflow_provider_agentloom.plan.scope import Scope
+from airflow_provider_agentloom.runner.approvals import answer_gate, apply_response_timeouts
 from airflow_provider_agentloom.runner.db_writes import DatabaseWrites
 from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
 from airflow_provider_agentloom.runner.processes import (
@@ -119,15 +121,13 @@ class DagRunDriver:
 
     def run(self) -> RunResult:
         """Run to the end, a pause, or a signal (then raise :class:`RunInterrupted`)."""
-        from airflow import settings
-
         started = time.monotonic()
         _CURRENT.clear()
         _CURRENT[self.dag.dag_id] = self.dag
         api = api_server_for_run(self.supervisor_log)  # a new one builds its routes while we write the run
         warm_task_path()  # what every task would import or build alone, once, before the forks
         tasks = TaskProcesses(api, Path(self.home.stub.name), BUNDLE_NAME, self.supervisor_log)
-        session = settings.Session()  # type: ignore[misc]  # configured by Airflow's import
+        session = _airflow.new_session()
         guard = InterruptGuard(lambda: _kill_now(tasks, api), self.stop)
         writes = DatabaseWrites(self.home.database)
         dag_run = None
@@ -158,28 +158,12 @@ class DagRunDriver:
 
     def _start_run(self, session: Any) -> Any:
         """Under the home's lock: fail runs whose runner died, sync this DAG, create its run."""
-        from airflow.dag_processing.bundles.manager import DagBundlesManager
-        from airflow.dag_processing.dagbag import sync_bag_to_db
-        from airflow.serialization.serialized_objects import DagSerialization
-        from airflow.utils.state import DagRunState
-        from airflow.utils.types import DagRunTriggeredByType, DagRunType
-
         self.dag.fileloc = str(self.home.stub)
         self.dag.relative_fileloc = self.home.stub.name
-        bag = SimpleNamespace(
-            dags={self.dag.dag_id: self.dag},
-            import_errors={},
-            dag_warnings=set(),
-            bundle_path=None,
-            file_last_changed={},
-        )
-        scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(self.dag))
+        scheduler_dag = _airflow.scheduler_dag(self.dag)
         with home_lock(self.home.root):
             self.ledger.sweep(session)
-            DagBundlesManager().sync_bundles_to_db(session=session)  # type: ignore[no-untyped-call]
-            session.commit()
-            sync_bag_to_db(bag, BUNDLE_NAME, None, session=session)  # type: ignore[arg-type]
-            session.commit()
+            _airflow.sync_dag(session, self.dag, BUNDLE_NAME)
             if self.resume_run_id is not None:
                 dag_run = self._existing_run(session, scheduler_dag)
                 self.ledger.record(RunOwner.of_this_process(self.dag.dag_id, self.run_id))
@@ -187,37 +171,18 @@ class DagRunDriver:
             self.ledger.record(RunOwner.of_this_process(self.dag.dag_id, self.run_id))
             if self.record is not None:
                 self.ledger.save_history(self.run_id, {**self.record, "dag_id": self.dag.dag_id})
-            now = datetime.now(UTC)
-            # Not dag.test()'s get_or_create_dagrun: it deletes this DAG's other run without a
-            # logical date, that is, a run of the same workflow going on beside this one.
-            dag_run = scheduler_dag.create_dagrun(
-                run_id=self.run_id,
-                logical_date=None,
-                data_interval=None,
-                run_after=now,
-                conf=self.conf,
-                run_type=DagRunType.MANUAL,
-                state=DagRunState.RUNNING,
-                triggered_by=DagRunTriggeredByType.CLI,
-                triggering_user_name="agentloom",
-                start_date=now,
-                session=session,
+            dag_run = _airflow.create_manual_run(
+                scheduler_dag, run_id=self.run_id, conf=self.conf, session=session
             )
             session.commit()
         return dag_run
 
     def _existing_run(self, session: Any, scheduler_dag: Any) -> Any:
         """The paused DAG run to continue: still running, with nothing of it being driven."""
-        from airflow.models.dagrun import DagRun
-        from airflow.utils.state import DagRunState
-        from sqlalchemy import select
-
-        dag_run = session.scalar(
-            select(DagRun).where(DagRun.dag_id == self.dag.dag_id, DagRun.run_id == self.run_id)
-        )
+        dag_run = _airflow.find_dag_run(session, self.dag.dag_id, self.run_id)
         if dag_run is None:
             raise RunNotResumable(f"run {self.run_id!r} of {self.dag.dag_id!r} is not in {self.home.root}")
-        if dag_run.state != DagRunState.RUNNING:
+        if dag_run.state != _airflow.DagRunState.RUNNING:
             raise RunNotResumable(f"run {self.run_id!r} is not paused: it ended {dag_run.state}")
         if self.ledger.owner_alive(self.run_id):
             raise RunNotResumable(f"run {self.run_id!r} is being driven by another process")
@@ -234,25 +199,18 @@ class DagRunDriver:
         self, session: Any, dag_run: Any, tasks: TaskProcesses, guard: InterruptGuard, writes: DatabaseWrites
     ) -> bool:
         """Schedule and run task instances until the run ends; return True when it paused."""
-        from airflow.utils.state import DagRunState, TaskInstanceState
-
-        while dag_run.state == DagRunState.RUNNING and not guard.requested:
+        running, awaiting = _airflow.DagRunState.RUNNING, _airflow.TaskInstanceState.AWAITING_INPUT
+        while dag_run.state == running and not guard.requested:
             session.expire_all()
-            schedulable, _ = dag_run.update_state(session=session)
-            for ti in schedulable:
-                if ti.state != TaskInstanceState.UP_FOR_RESCHEDULE:
-                    ti.try_number += 1
-                ti.state = TaskInstanceState.SCHEDULED
-                ti.scheduled_dttm = datetime.now(UTC)
-            session.commit()
+            _airflow.schedule_ready_tasks(session, dag_run)
             for process, exit_code in tasks.reap():
                 self._fail_lost_task(session, dag_run, process, exit_code)
             tis = dag_run.get_task_instances(session=session)
             self.collector.report(session, tis)
             self._start_scheduled(session, tis, tasks, guard)
-            if dag_run.state != DagRunState.RUNNING:
+            if dag_run.state != running:
                 break
-            waiting = [ti for ti in tis if ti.state == TaskInstanceState.AWAITING_INPUT]
+            waiting = [ti for ti in tis if ti.state == awaiting]
             if waiting and self._answer_gates(session, waiting, tasks):
                 continue
             if tasks.running:
@@ -277,16 +235,10 @@ class DagRunDriver:
         state, so the state itself is what is watched: read again at each write to the database
         (``writes``), or every ``_POLL_SECONDS`` where writes cannot be watched.
         """
-        from airflow.models.taskinstance import TaskInstance
-        from sqlalchemy import select
-
-        query = select(
-            TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state, TaskInstance.try_number
-        ).where(TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id)
 
         def states() -> frozenset[Any]:
             session.commit()  # ends the read transaction: the next read sees what tasks wrote
-            return frozenset(tuple(row) for row in session.execute(query))
+            return _airflow.task_states(session, dag_run.dag_id, dag_run.run_id)
 
         before = states()
         deadline = time.monotonic() + _RUNNING_WAIT_SECONDS
@@ -304,10 +256,6 @@ class DagRunDriver:
         resuming a task whose parking workload has not reported yet fails it). Each gate is
         asked about once; a gate nobody answers leaves the run paused.
         """
-        from airflow.utils.state import TaskInstanceState
-
-        from airflow_provider_agentloom.runner.approvals import answer_gate, apply_response_timeouts
-
         running = {process.key for process in tasks.running.values()}
         parked = [ti for ti in waiting if ti.key not in running]
         if not parked:
@@ -321,7 +269,7 @@ class DagRunDriver:
         moved = False
         for ti in parked:
             session.refresh(ti)
-            if ti.state != TaskInstanceState.AWAITING_INPUT:
+            if ti.state != _airflow.TaskInstanceState.AWAITING_INPUT:
                 moved = True  # the sweep resumed it (on_timeout) or failed it
                 continue
             step_id = self.collector.step_id_of(ti.task_id)
@@ -347,10 +295,8 @@ class DagRunDriver:
     def _start_scheduled(
         self, session: Any, tis: list[Any], tasks: TaskProcesses, guard: InterruptGuard
     ) -> None:
-        from airflow.utils.state import TaskInstanceState
-
         for ti in tis:
-            if ti.state != TaskInstanceState.SCHEDULED or guard.requested:
+            if ti.state != _airflow.TaskInstanceState.SCHEDULED or guard.requested:
                 continue
             if len(tasks.running) >= self.max_parallel:
                 break
@@ -358,24 +304,23 @@ class DagRunDriver:
             tasks.api.wait_ready(_API_READY_SECONDS, stop=lambda: guard.requested)
             if guard.requested:
                 return
-            ti.state = TaskInstanceState.QUEUED
+            ti.state = _airflow.TaskInstanceState.QUEUED
             session.commit()
             tasks.start(ti)
 
     def _fail_lost_task(self, session: Any, dag_run: Any, process: TaskProcess, exit_code: int) -> None:
         """A task whose supervisor ended without reporting back: fail this attempt the way Airflow's
         scheduler does, so the step's retries apply (an attempt that never started counts too)."""
-        from airflow.utils.state import TaskInstanceState
-
+        started = (_airflow.TaskInstanceState.QUEUED, _airflow.TaskInstanceState.RUNNING)
         session.expire_all()
         for ti in dag_run.get_task_instances(session=session):
-            if ti.key != process.key or ti.state not in (TaskInstanceState.QUEUED, TaskInstanceState.RUNNING):
+            if ti.key != process.key or ti.state not in started:
                 continue
             reason = process.reason or f"its supervisor exited with code {exit_code}"
             self.collector.note_lost(ti.task_id, int(ti.try_number), reason, self.supervisor_log)
             log.error("Task %s ended without a result: %s", ti.task_id, reason)
-            ti.task = dag_run.dag.get_task(ti.task_id)
-            ti.handle_failure(error=f"the task ended without a result: {reason}", session=session)
+            error = f"the task ended without a result: {reason}"
+            _airflow.fail_attempt(session, ti, dag_run.dag.get_task(ti.task_id), error)
         session.commit()
 
     # -- endings -----------------------------------------------------------------------------
@@ -418,8 +363,6 @@ class RunNotResumable(RunError):
 
 def getpass_user() -> str:
     """Who answers a gate from the command line (recorded as the HITL responder)."""
-    import getpass
-
     try:
         return f"agentloom:{getpass.getuser()}"
     except (KeyError, OSError):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.exceptions import RunError
 from airflow_provider_agentloom.runner.private import (
     FILE_MODE,
@@ -155,9 +156,7 @@ def _configure_environment(home: EmbeddedHome) -> None:
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
     }
     if "airflow" in sys.modules:
-        from airflow.configuration import conf
-
-        current = conf.get("database", "sql_alchemy_conn")
+        current = _airflow.config_get("database", "sql_alchemy_conn")
         if current != home.sql_alchemy_conn:
             raise HomeConflictError(
                 f"Airflow is already configured in this process with the database {current!r}; "
@@ -209,12 +208,10 @@ def migrate_once(home: EmbeddedHome) -> None:
         if not _has_data(home.database) and template is not None and template.is_file():
             _copy_database(template, home.database)
         else:
-            from airflow.utils import db
-
             # Made 0600 before SQLite opens it, which would make it with the umask: SQLite gives
             # the database's -wal, -shm and -journal files the database's own mode.
             os.close(open_private(home.database))
-            db.initdb()
+            _airflow.init_database()
             if template is not None and not template.exists():
                 _keep_template(home.database, template)
         write_atomically(marker, "ok\n")

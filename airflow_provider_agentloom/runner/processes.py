@@ -7,7 +7,7 @@ shape as Airflow's own LocalExecutor with an api-server:
 
 - the API server process serves Airflow's Task Execution API on 127.0.0.1 (a random port, JWT
   auth with the home's secret), starting on a socket bound before the fork. It serves only the
-  API version the installed task SDK speaks (:func:`_serve_installed_api_version_only`): its
+  API version the installed task SDK speaks (:func:`.._airflow.serve_latest_execution_api_only`): its
   tasks are forked from this installation, so older versions are never asked for, and building
   all nine versions' routes cost about 4–5 s of CPU per run. It builds its routes on its first
   request, so it says when that is done and no task starts before (:meth:`ApiServer.wait_ready`):
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom._os import linux as _linux
 from airflow_provider_agentloom._os.proctree import kill_own_tree, kill_tree
 from airflow_provider_agentloom.exceptions import RunError
@@ -212,80 +213,11 @@ class ApiServer:
             os.close(self.ready_fd)
 
 
-def _serve_installed_api_version_only() -> bool:  # pragma: no cover - runs in the child
-    """Make this (private) server's Execution API app serve only the installed SDK's version.
-
-    Airflow's Execution API is versioned with Cadwyn, which builds the routes of every version
-    (nine in Airflow 3.3) on the first request, translating each request between versions. The
-    tasks this server serves are forked from this installation, so they send the newest version
-    (``API_VERSION`` of the SDK's client): the app is built for it alone, without the
-    compatibility routes that exist only in older versions. When the installed versions do not
-    line up that way, nothing changes and the whole app is built. Only this forked server
-    process is changed; Airflow's own api-server never runs this.
-    """
-    try:
-        from airflow.api_fastapi.execution_api import versions
-        from airflow.api_fastapi.execution_api.routes import execution_api_router
-        from airflow.sdk.api.datamodels._generated import API_VERSION  # what the client sends
-        from cadwyn import Version, VersionBundle, route_generation
-        from fastapi.routing import APIRoute
-
-        full = versions.bundle
-        if not full.versions or full.versions[0].value != API_VERSION:
-            return False
-        only_older = getattr(route_generation, "_DELETED_ROUTE_TAG", "_CADWYN_DELETED_ROUTE")
-        kept = [
-            route
-            for route in execution_api_router.routes
-            if not (isinstance(route, APIRoute) and only_older in route.tags)
-        ]
-        latest = VersionBundle(full.head_version, Version(API_VERSION))
-    except Exception:  # an Airflow or Cadwyn whose layout we do not know: build everything
-        log.debug("Serving every Execution API version", exc_info=True)
-        return False
-    execution_api_router.routes[:] = kept
-    versions.bundle = latest
-    return True
-
-
-def _execution_app() -> Any:  # pragma: no cover - runs in the child
-    """The Execution API app alone, mounted at ``/execution`` as Airflow's api-server mounts it.
-
-    Airflow's ``create_app(apps="execution")`` also imports the whole public API and UI modules
-    (about half of a server's start-up) to serve none of them; this builds only the Execution
-    API app, with the same ``dag_bag`` state, and runs its lifespan as the api-server's own
-    lifespan does for its mounted apps. Any surprise falls back to ``create_app``.
-    """
-    try:
-        from contextlib import asynccontextmanager
-
-        from airflow.api_fastapi.common.dagbag import create_dag_bag
-        from airflow.api_fastapi.execution_api.app import create_task_execution_api_app
-        from fastapi import FastAPI
-
-        execution = create_task_execution_api_app()
-        execution.state.dag_bag = create_dag_bag()
-
-        @asynccontextmanager
-        async def lifespan(app: Any) -> Any:
-            async with execution.router.lifespan_context(execution):
-                yield
-
-        app = FastAPI(lifespan=lifespan)
-        app.mount("/execution", execution)
-        return app
-    except Exception:
-        log.debug("Building the Execution API through create_app", exc_info=True)
-        from airflow.api_fastapi.app import create_app
-
-        return create_app(apps="execution")
-
-
 def _serve(sock: socket.socket, port: int, ready_fd: int) -> None:  # pragma: no cover - runs in the child
     import uvicorn
 
-    _serve_installed_api_version_only()
-    app = _execution_app()
+    _airflow.serve_latest_execution_api_only()
+    app = _airflow.execution_api_app()
     server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on", access_log=False))
 
     def warm_up() -> None:
@@ -334,31 +266,10 @@ class TaskProcesses:
         self.dag_rel_path = dag_rel_path
         self.bundle_name = bundle_name
         self.running: dict[int, TaskProcess] = {}
-        self._generator: Any = None
-
-    def _jwt_generator(self) -> Any:
-        if self._generator is None:
-            from airflow.api_fastapi.auth.tokens import JWTGenerator, get_signing_args
-            from airflow.configuration import conf
-
-            self._generator = JWTGenerator(
-                valid_for=conf.getint("execution_api", "jwt_expiration_time"),
-                audience=conf.get_mandatory_list_value("execution_api", "jwt_audience")[0],
-                issuer=conf.get("api_auth", "jwt_issuer", fallback=None),
-                **get_signing_args(make_secret_key_if_needed=False),
-            )
-        return self._generator
 
     def start(self, ti: Any) -> None:
         """Fork a supervisor for ``ti`` (which must already be QUEUED in the database)."""
-        from airflow.executors.workloads import BundleInfo, ExecuteTask
-
-        workload = ExecuteTask.make(
-            ti,
-            dag_rel_path=self.dag_rel_path,
-            generator=self._jwt_generator(),
-            bundle_info=BundleInfo(name=self.bundle_name, version=None),
-        )
+        workload = _airflow.task_workload(ti, dag_rel_path=self.dag_rel_path, bundle_name=self.bundle_name)
         _require_single_thread("start a task")
         read_fd, write_fd = os.pipe()
         gc.freeze()  # forked children share this heap and skip collecting it when they exit
@@ -370,7 +281,7 @@ class TaskProcesses:
                 _become_supervisor()
                 _quiet_child_stdio(self.log_file)
                 _log_tasks_at_info()
-                code = _supervise(workload, self.api.url)
+                code = _airflow.supervise(workload, self.api.url)
             except BaseException as exc:
                 # The task never reported back: say why, for the step's error and its retry line.
                 traceback.print_exc()
@@ -478,23 +389,8 @@ def _task_process_dies_with(
 
 def _log_tasks_at_info() -> None:  # pragma: no cover - runs in the child
     """Task logs keep INFO lines (model calls, tool calls) even though the runner itself is quiet."""
-    from airflow.configuration import conf
-
     os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "INFO"
-    conf.set("logging", "logging_level", "INFO")
-
-
-def _supervise(workload: Any, server: str) -> int:  # pragma: no cover - runs in the child
-    from airflow.sdk.execution_time.supervisor import supervise_task
-
-    return supervise_task(
-        ti=workload.ti,
-        bundle_info=workload.bundle_info,
-        dag_rel_path=workload.dag_rel_path,
-        token=workload.token,
-        server=server,
-        log_path=workload.log_path,
-    )
+    _airflow.config_set("logging", "logging_level", "INFO")
 
 
 def _require_single_thread(action: str) -> None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.plan.scope import Scope
 from airflow_provider_agentloom.workflow.models import SubworkflowStep
 from airflow_provider_agentloom.workflow.redaction import redact_state, redacted_key_patterns
@@ -103,23 +104,25 @@ class RunResultCollector:
         """
         if self.on_progress is None:
             return
-        from airflow.utils.state import TaskInstanceState
-
         final = {
-            TaskInstanceState.SUCCESS,
-            TaskInstanceState.FAILED,
-            TaskInstanceState.SKIPPED,
-            TaskInstanceState.UPSTREAM_FAILED,
+            _airflow.TaskInstanceState.SUCCESS,
+            _airflow.TaskInstanceState.FAILED,
+            _airflow.TaskInstanceState.SKIPPED,
+            _airflow.TaskInstanceState.UPSTREAM_FAILED,
         }
         if at_end:
-            final.add(TaskInstanceState.AWAITING_INPUT)
+            final.add(_airflow.TaskInstanceState.AWAITING_INPUT)
         ended: list[tuple[Any, ProgressEvent, str]] = []
         unfinished = {ti.task_id for ti in tis if ti.state not in final}
         parents = self.ctx.graph.parents
         for ti in tis:
             state = ti.state
             event: ProgressEvent | None = (
-                "done" if state in final else "retry" if state == TaskInstanceState.UP_FOR_RETRY else None
+                "done"
+                if state in final
+                else "retry"
+                if state == _airflow.TaskInstanceState.UP_FOR_RETRY
+                else None
             )
             if event is None or not self._reports_step(ti, tis):
                 continue
@@ -147,16 +150,14 @@ class RunResultCollector:
 
     def _reports_step(self, ti: Any, tis: list[Any]) -> bool:
         """A subworkflow's step is reported by its __end__ task, or by its __start__ when that failed."""
-        from airflow.utils.state import TaskInstanceState
-
-        started = {t.task_id for t in tis if t.state == TaskInstanceState.SUCCESS}
+        started = {t.task_id for t in tis if t.state == _airflow.TaskInstanceState.SUCCESS}
         if not all(opener in started for opener in self._enclosing.get(ti.task_id, ())):
             return False  # inside a subworkflow that never started: its step reports it
         if ti.task_id in self._openers:
-            return bool(ti.state == TaskInstanceState.FAILED)
+            return bool(ti.state == _airflow.TaskInstanceState.FAILED)
         opener = self._closers.get(ti.task_id)
-        if opener is not None and ti.state == TaskInstanceState.UPSTREAM_FAILED:
-            return not any(t.task_id == opener and t.state == TaskInstanceState.FAILED for t in tis)
+        if opener is not None and ti.state == _airflow.TaskInstanceState.UPSTREAM_FAILED:
+            return not any(t.task_id == opener and t.state == _airflow.TaskInstanceState.FAILED for t in tis)
         return True
 
     def collect(
@@ -208,17 +209,15 @@ class RunResultCollector:
         reports the subworkflow step only), when it started; its own result is its ``__end__``
         task's, or its ``__start__`` task's when that one failed (a bad ``input``, the budget).
         """
-        from airflow.utils.state import TaskInstanceState
-
-        not_run = (None, TaskInstanceState.SCHEDULED, TaskInstanceState.QUEUED)
+        not_run = (None, _airflow.TaskInstanceState.SCHEDULED, _airflow.TaskInstanceState.QUEUED)
         for step_id in scope.graph.order:
             step = scope.graph.steps[step_id]
             ti = tis.get(scope.task_id(step_id))
             if isinstance(step, SubworkflowStep):
                 opener = tis.get(scope.entry_task_id(step_id))
-                if opener is not None and opener.state == TaskInstanceState.SUCCESS:
+                if opener is not None and opener.state == _airflow.TaskInstanceState.SUCCESS:
                     self._scope_results(session, tis, scope.child(step), results, failures, budget_stopped)
-                elif opener is not None and opener.state == TaskInstanceState.FAILED:
+                elif opener is not None and opener.state == _airflow.TaskInstanceState.FAILED:
                     ti = opener
             if ti is None or ti.state in not_run:
                 continue
@@ -242,14 +241,12 @@ class RunResultCollector:
         local_id: str | None = None,
     ) -> tuple[StepResult, StepMeta | None]:
         """One step's result; ``failures`` are the earlier steps that failed or that the budget stopped."""
-        from airflow.utils.state import TaskInstanceState
-
         meta = StepMeta.from_xcom(_xcom(session, ti, META_KEY))
         output = _xcom(session, ti, "return_value")
         state = ti.state
         status = step_status(state, meta)
         error = meta.error if meta is not None and status != StepStatus.SUCCESS else None
-        if state == TaskInstanceState.UPSTREAM_FAILED:
+        if state == _airflow.TaskInstanceState.UPSTREAM_FAILED:
             scope = scope or self.ctx
             ancestors = scope.graph.ancestors.get(local_id or step_id, ())
             qualified = (scope.qualified_id(a) for a in reversed(ancestors))
@@ -297,18 +294,5 @@ def _xcom(session: Any, ti: Any, key: str) -> Any:
 
 
 def read_xcom(session: Any, *, run_id: str, dag_id: str, task_id: str, key: str = "return_value") -> Any:
-    """An XCom value as the task that pulls it sees it (None when there is none).
-
-    Not ``XComModel.deserialize_value``: tasks write XComs through the Execution API, which
-    stores the value as JSON, so the row's ``value`` is already the value. That method decodes
-    it a second time: a step output that is the text ``42`` would come back as the number 42,
-    ``null`` as None. A task's ``xcom_pull`` gets the row's value and applies only the Task
-    SDK's ``serde.deserialize``, as done here.
-    """
-    from airflow.models.xcom import XComModel
-    from airflow.sdk.serde import deserialize
-
-    row = session.scalars(
-        XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids=task_id, key=key)
-    ).first()
-    return deserialize(row.value) if row is not None else None
+    """An XCom value as the task that pulls it sees it (None when there is none)."""
+    return _airflow.read_xcom(session, run_id=run_id, dag_id=dag_id, task_id=task_id, key=key)

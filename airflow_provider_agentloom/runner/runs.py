@@ -23,7 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom._os.proctree import boot_id, process_start_ticks
+from airflow_provider_agentloom.runner.approvals import waiting_gates
 from airflow_provider_agentloom.runner.private import make_private_dirs, open_private, write_atomically
 
 log = logging.getLogger(__name__)
@@ -142,37 +144,8 @@ def fail_dag_run(session: Any, dag_id: str, run_id: str, reason: str) -> bool:
     Like Airflow's "mark run as failed", except that queued task instances count as started
     (the runner has forked their supervisor). Return False when the run is not running.
     """
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.state import DagRunState, TaskInstanceState
-    from sqlalchemy import select
-
-    dag_run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-    if dag_run is None or dag_run.state not in (DagRunState.RUNNING, DagRunState.QUEUED):
+    if not _airflow.mark_run_failed(session, dag_id, run_id):
         return False
-    started = {
-        TaskInstanceState.QUEUED,
-        TaskInstanceState.RUNNING,
-        TaskInstanceState.RESTARTING,
-        TaskInstanceState.DEFERRED,
-        TaskInstanceState.UP_FOR_RESCHEDULE,
-        TaskInstanceState.AWAITING_INPUT,
-        TaskInstanceState.UP_FOR_RETRY,
-    }
-    now = datetime.now(UTC)
-    for ti in session.scalars(
-        select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
-    ):
-        if ti.state in started:
-            ti.state = TaskInstanceState.FAILED
-        elif ti.state in (None, TaskInstanceState.SCHEDULED):
-            ti.state = TaskInstanceState.SKIPPED
-        else:
-            continue
-        ti.end_date = now
-    dag_run.state = DagRunState.FAILED
-    dag_run.end_date = now
-    session.commit()
     log.info("Run %s of %s marked failed: %s", run_id, dag_id, reason)
     return True
 
@@ -184,24 +157,17 @@ def list_runs(root: Path) -> list[dict[str, Any]]:
     workflow_file}``; ``status`` is upstream's word: a run still ``running`` in the database that
     no live process drives and that waits at approval gates is ``paused``.
     """
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from sqlalchemy import select
-
-    from airflow_provider_agentloom.runner.approvals import waiting_gates
-
     ledger = RunLedger(root)
     found = []
-    with create_session() as session:
+    with _airflow.session_scope() as session:
         waiting: dict[tuple[str, str], list[str]] = {}
         for gate in waiting_gates(session):
             waiting.setdefault((gate.dag_id, gate.run_id), []).append(gate.task_id)
-        for dag_run in session.scalars(select(DagRun).order_by(DagRun.start_date.desc(), DagRun.id.desc())):
+        for dag_run in _airflow.dag_runs_newest_first(session):
             record = ledger.load_history(dag_run.run_id) or {}
             gates = sorted(waiting.get((dag_run.dag_id, dag_run.run_id), []))
             status = str(dag_run.state)
-            if dag_run.state == DagRunState.RUNNING and not ledger.owner_alive(dag_run.run_id):
+            if dag_run.state == _airflow.DagRunState.RUNNING and not ledger.owner_alive(dag_run.run_id):
                 status = "paused" if gates else "running"
             found.append(
                 {

@@ -47,6 +47,19 @@ from airflow_provider_agentloom.serve import watchdog
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 _ARGUMENTS = {"scheduler": ("--skip-serve-logs",), "triggerer": ("--skip-serve-logs",)}
 """Each component's options (never a setting that could be secret: those go in its environment)."""
+PRELOADING = ("scheduler", "dag-processor", "triggerer")
+"""The components whose forks parse DAG files and run tasks: each preloads our modules (see
+:mod:`..runner.warm.plugin`) unless the environment serve was given says otherwise."""
+PRELOAD_VARIABLE = "AIRFLOW__AGENTLOOM__PRELOAD_MODULES"
+
+
+def component_env(name: str, env: dict[str, str]) -> dict[str, str]:
+    """The environment of component ``name``: ``env``, with the preload on for :data:`PRELOADING`."""
+    if name not in PRELOADING or PRELOAD_VARIABLE in env:
+        return env
+    return {**env, PRELOAD_VARIABLE: "True"}
+
+
 API_SERVER_GRACE = 3.0
 _IDLE_WAIT = 2.0
 _WORKER_TITLE = b"airflow worker -- LocalExecutor"
@@ -133,7 +146,7 @@ class Stack:
     def _spawn(self, args: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             airflow_command(*args),
-            env=self.env,
+            env=component_env(args[0], self.env),
             cwd=self.cwd,
             stdin=subprocess.DEVNULL,
             stdout=log,

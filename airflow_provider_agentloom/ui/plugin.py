@@ -1,4 +1,4 @@
-"""The Airflow plugin: AgentLoom's pages in the UI (a run tab and a DAG tab), and the jobs' preload.
+"""The Airflow plugin: AgentLoom's pages in the UI (a run tab and a DAG tab).
 
 Registered through the ``airflow.plugins`` entry point, which every Airflow component loads
 whatever its settings (a provider's ``plugins`` list is read only with
@@ -7,11 +7,9 @@ each as a tab (``destination`` ``dag_run`` and ``dag``) holding an iframe of our
 the same origin, so the UI's login cookie authenticates it. Task processes load plugins too (for
 macros): the FastAPI app is imported only when the api-server asks for it.
 
-When it is loaded in an Airflow job (the scheduler, the dag-processor, the triggerer), it imports
-our loader, operators and tools, so the parses and tasks the job forks start with them (see
-:mod:`airflow_provider_agentloom.runner.warm.preload`). It registers no listener: Airflow refuses
-every DAG with
-an ``end_from_trigger=True`` deferrable task while any listener is registered.
+It has no side effect on load (the jobs' preload is a plugin of its own,
+:mod:`airflow_provider_agentloom.runner.warm.plugin`). It registers no listener: Airflow refuses
+every DAG with an ``end_from_trigger=True`` deferrable task while any listener is registered.
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
-
-from airflow_provider_agentloom.runner.warm import preload
 
 _PREFIX = "/agentloom"
 
@@ -44,14 +40,13 @@ class AgentLoomUIPlugin(AirflowPlugin):
         },
     ]
 
-    @classmethod
-    def on_load(cls, *args: Any, **kwargs: Any) -> None:
-        """Airflow loads plugins once per process; in a job's process, preload our modules."""
-        preload.preload_in_a_job()
-
     @property
     def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """The app serving the pages, imported on first use (only the api-server mounts it)."""
+        """The app serving the pages, imported on first use (only the api-server mounts it).
+
+        Importing it loads Airflow's public API modules: ~7 s measured on the 2-core machine, which
+        every process loading plugins (each task process) would pay for nothing.
+        """
         from airflow_provider_agentloom.ui.app import URL_PREFIX, app
 
         return [{"app": app, "url_prefix": URL_PREFIX, "name": "AgentLoom pages"}]

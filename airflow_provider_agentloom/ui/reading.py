@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.plan.ids import ENTER_TASK, RESULT_TASK
 from airflow_provider_agentloom.workflow.models import StepType
 from airflow_provider_agentloom.workflow.results import (
@@ -94,45 +95,24 @@ def _metas(session: Any, dag_id: str, run_ids: Sequence[str]) -> dict[str, dict[
     """The ``agentloom`` XComs of ``run_ids``: run id -> task id -> value as the task pushed it.
 
     The row's value is already JSON (tasks write through the Execution API); only the Task SDK's
-    ``serde.deserialize`` applies, as in ``runner.results.read_xcom``.
+    ``serde.deserialize`` applies, as in ``_airflow.read_xcom``.
     """
-    from airflow.models.xcom import XComModel
-    from airflow.sdk.serde import deserialize
-    from sqlalchemy import select
-
-    rows = session.execute(
-        select(XComModel.run_id, XComModel.task_id, XComModel.value).where(
-            XComModel.dag_id == dag_id,
-            XComModel.run_id.in_(run_ids),
-            XComModel.key == META_KEY,
-            XComModel.map_index == -1,
-        )
-    )
     metas: dict[str, dict[str, Any]] = {}
-    for run_id, task_id, value in rows:
-        metas.setdefault(run_id, {})[task_id] = deserialize(value) if value is not None else None
+    for run_id, task_id, value in _airflow.xcoms_of_runs(session, dag_id, run_ids, META_KEY):
+        metas.setdefault(run_id, {})[task_id] = value
     return metas
 
 
 def _task_instances(session: Any, dag_id: str, run_ids: Sequence[str]) -> dict[str, list[Any]]:
-    from airflow.models.taskinstance import TaskInstance
-    from sqlalchemy import select
-
-    tis = session.scalars(
-        select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id.in_(run_ids))
-    )
     by_run: dict[str, list[Any]] = {}
-    for ti in tis:
+    for ti in _airflow.task_instances_of_runs(session, dag_id, run_ids):
         by_run.setdefault(ti.run_id, []).append(ti)
     return by_run
 
 
 def read_run(session: Any, dag_id: str, run_id: str) -> RunView | None:
     """The view of one run; None when the DAG has no such run."""
-    from airflow.models.dagrun import DagRun
-    from sqlalchemy import select
-
-    run = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)).first()
+    run = _airflow.find_dag_run(session, dag_id, run_id)
     if run is None:
         return None
     tis = _task_instances(session, dag_id, [run_id]).get(run_id, [])
@@ -141,14 +121,7 @@ def read_run(session: Any, dag_id: str, run_id: str) -> RunView | None:
 
 def read_spend(session: Any, dag_id: str, last: int) -> SpendReport:
     """The spend of the DAG's ``last`` runs (newest first by ``run_after``), per run, day and model."""
-    from airflow.models.dagrun import DagRun
-    from sqlalchemy import select
-
-    runs = list(
-        session.scalars(
-            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.run_after.desc()).limit(last)
-        )
-    )
+    runs = _airflow.latest_dag_runs(session, dag_id, last)
     run_ids = [run.run_id for run in runs]
     tis = _task_instances(session, dag_id, run_ids)
     metas = _metas(session, dag_id, run_ids)

@@ -13,12 +13,11 @@ them instead of reading every installed package's ``entry_points.txt`` (~10 ms).
 workflow models' validators and serializers (``workflow.models.build_models``), which a task whose
 DAG file came from the parse cache would otherwise build at first use (~8 ms of a tool step).
 
-Our plugin calls :func:`preload_in_a_job` when Airflow loads plugins, which it does as each job
-starts (the scheduler, the dag-processor, the triggerer), before it forks anything: in a process
-started as one of those commands, our modules are imported then, and every process it forks
-starts with them. Nowhere else: not in a task process (its own command, or a fork that inherits
-the loaded plugins), the api-server or any other command, so no other DAG's task pays for ours.
-``[agentloom] preload_modules = False`` turns it off.
+The preload plugin (:mod:`.plugin`, its own ``airflow.plugins`` entry point) calls :func:`preload`
+when Airflow loads plugins, which it does as each job starts, before it forks anything, when
+``[agentloom] preload_modules`` is on. It is off by default (a process that loads plugins for
+another DAG's task would pay for ours); ``agentloom serve`` turns it on for the scheduler, the
+dag-processor and the triggerer it starts, whose forks then start with our modules.
 
 Not through a listener: an Airflow with any listener registered refuses every DAG that has a
 deferrable task with ``end_from_trigger=True`` (``DagBag.bag_dag``), whoever's DAG it is.
@@ -31,8 +30,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-import sys
 
 log = logging.getLogger(__name__)
 
@@ -74,27 +71,3 @@ def preload(modules: tuple[str, ...] = TASK_MODULES) -> None:
         build_models()
     except Exception:
         log.debug("preload: cannot build the workflow models", exc_info=True)
-
-
-JOB_COMMANDS = frozenset({"scheduler", "dag-processor", "triggerer"})
-"""The ``airflow`` commands that run a job: the processes whose forks parse DAG files and run tasks."""
-
-
-def is_job_command(argv: list[str]) -> bool:
-    """Whether ``argv`` is ``airflow <job command> ...`` (the console script or ``python -m airflow``)."""
-    # argv[0]: ``/venv/bin/airflow``, or ``.../airflow/__main__.py`` for ``python -m airflow``.
-    return (
-        len(argv) > 1
-        and argv[1] in JOB_COMMANDS
-        and "airflow" in os.path.normpath(argv[0]).split(os.sep)[-2:]
-    )
-
-
-def preload_in_a_job() -> None:
-    """:func:`preload`, in a process started as an Airflow job command, unless turned off."""
-    if not is_job_command(sys.argv):
-        return
-    from airflow_provider_agentloom import settings
-
-    if settings.preload_modules():
-        preload()

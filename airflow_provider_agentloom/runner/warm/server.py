@@ -40,8 +40,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.exceptions import RunError
+from airflow_provider_agentloom.runner import _quiet_known_warnings, processes
+from airflow_provider_agentloom.runner.home import migrate_once, prepare_home
+from airflow_provider_agentloom.runner.processes import _set_parent_death_signal
 from airflow_provider_agentloom.runner.warm import protocol
+from airflow_provider_agentloom.runner.warm.remote import serve_call
+from airflow_provider_agentloom.runner.warm.warmup import warm_task_path
 
 
 def _say(message: str) -> None:
@@ -139,21 +145,16 @@ class WarmRunner:
 
     def warm_up(self) -> None:
         """Import and configure Airflow on the home, start the API server, load the task path."""
-        from airflow_provider_agentloom.runner import _quiet_known_warnings, processes
-        from airflow_provider_agentloom.runner.home import prepare_home
-        from airflow_provider_agentloom.runner.warm.warmup import warm_task_path
-
         _quiet_known_warnings()
         embedded = prepare_home(self.home, migrate=False)
-        import airflow.settings  # noqa: F401  (configures the ORM on the home before the fork)
+        _airflow.configure_orm()  # on the home, before the fork
 
         # Forked first: it builds its routes (seconds of CPU) while this process migrates.
         api = processes.ApiServer.start(embedded.logs / "supervisors.log")
         self._api = api
-        from airflow_provider_agentloom.runner.home import migrate_once
-
         migrate_once(embedded)
         warm_task_path()
+        # Only now: these import Airflow, which configures itself at its first import (prepare_home first).
         import airflow_provider_agentloom.cli.run
         import airflow_provider_agentloom.dag.build
         import airflow_provider_agentloom.runner.engine  # noqa: F401
@@ -332,8 +333,6 @@ def _run_in_child(
     runner: WarmRunner, connection: socket.socket, request: dict[str, Any], fds: list[int]
 ) -> int:  # pragma: no cover - runs in the forked run process
     """Become the client's ``agentloom`` process for one command and run it; return 0."""
-    from airflow_provider_agentloom.runner.processes import _set_parent_death_signal
-
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
     _set_parent_death_signal(signal.SIGKILL)  # the runner was killed: so is its run
@@ -342,8 +341,6 @@ def _run_in_child(
     _forget_database_connections()
     _take_over(request, fds)
     if request.get("op") == "call":
-        from airflow_provider_agentloom.runner.warm.remote import serve_call
-
         serve_call(connection, request)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -352,6 +349,7 @@ def _run_in_child(
     finished = threading.Event()
     threading.Thread(target=_hang_up_when_client_leaves, args=(connection, finished), daemon=True).start()
 
+    # The CLI (the one upward import left in the warm runner) imports Airflow: never before the fork.
     from airflow_provider_agentloom.cli import run_cli
 
     code = run_cli(list(request.get("argv") or []))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 
+from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.runner.warm.preload import TASK_MODULES, preload
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,15 @@ _TASK_MODULES = (
 
 _WARM_UP_WORKFLOW = "name: warm-up\nsteps:\n  - {id: only, type: tool, tool_name: shell_command}\n"
 
+_AIRFLOW_CACHES = (
+    # The same call, with the same arguments, as each task client's constructor makes: ~120 ms a step.
+    ("the task client's TLS context", _airflow.cache_task_client_tls),
+    ("the listener manager", _airflow.load_listener_manager),
+    # Airflow reads its metrics registry (a YAML file of every metric) at a process's first
+    # metric, even with metrics off: ~40 ms of each run's first DAG run.
+    ("the metrics registry", _airflow.cache_metrics_registry),
+)
+
 _done = False
 
 
@@ -77,19 +87,13 @@ def warm_task_path() -> None:
         return
     _done = True
     preload(_TASK_MODULES)  # one missing in another Airflow version: the task imports what it needs
-    try:
-        from airflow.sdk.api import client
-
-        # The same call, with the same arguments, as each task client's constructor makes.
-        client.Client._get_ssl_context_cached(client.API_SSL_CA_FILE_PATH, client.API_SSL_CERT_PATH)
-    except Exception:
-        log.debug("warm-up: no TLS context cached", exc_info=True)
-    try:
-        from airflow.sdk.listener import get_listener_manager
-
-        get_listener_manager()
-    except Exception:
-        log.debug("warm-up: no listener manager", exc_info=True)
+    for name, build in _AIRFLOW_CACHES:
+        try:
+            build()
+        except Exception as exc:  # only slower: each task builds it itself
+            _airflow.warn_once(
+                f"warm-up:{name}", f"warm-up: {name} not built ahead ({exc!r}); runs are slower"
+            )
     try:
         from sqlalchemy.orm import configure_mappers
 
@@ -98,14 +102,6 @@ def warm_task_path() -> None:
         configure_mappers()
     except Exception:
         log.debug("warm-up: mappers not configured", exc_info=True)
-    try:
-        from airflow._shared.observability.metrics import stats
-
-        # Airflow reads its metrics registry (a YAML file of every metric) at a process's first
-        # metric, even with metrics off: ~40 ms of each run's first DAG run.
-        stats._get_registry()
-    except Exception:
-        log.debug("warm-up: no metrics registry", exc_info=True)
     try:
         from airflow_provider_agentloom.workflow.parser import parse_workflow_text
 
