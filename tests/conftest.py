@@ -86,7 +86,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # Under pytest-xdist, the tests that share one of these run on one worker, one group after another
 # (``pytest_xdist_make_scheduler``): the live-stack modules run one Airflow stack at a time
 # (``e2e/conftest.py``), and the example table's last test renders the rows run before it.
-_ONE_WORKER_GROUPS = {"tests/e2e/": "live-stack", "tests/test_examples_mock.py": "examples-table"}
+_ONE_WORKER_GROUPS = {"tests/e2e/": "live-stack", "tests/cli/test_examples_mock.py": "examples-table"}
 
 
 def xdist_scope(nodeid: str) -> str:

@@ -13,7 +13,7 @@ from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.runner.results import RunResultCollector
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from airflow_provider_agentloom import WorkflowEngine, WorkflowParser, run_workf
 from airflow_provider_agentloom.tools import ToolRegistry, tool
 from airflow_provider_agentloom.workflow.results import StepStatus
 
-DAGS = Path(__file__).parents[1] / "dags"
+DAGS = Path(__file__).parents[2] / "dags"
 
 
 def test_cli_run_prints_progress_and_one_json_document(workdir: Path, warm_home: Path) -> None:
