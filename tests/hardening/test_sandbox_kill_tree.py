@@ -17,8 +17,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from process_support import processes_with, wait_for_count, wait_for_processes
+from process_support import processes_with, wait_for_count, wait_for_processes, waits_on_a_pipe
 from sandbox_support import PYTHON_BIN, make_tree, python_command, registry
+from wait_support import wait_until
 
 from airflow_provider_agentloom._os.process import CommandResult, run_shell
 from airflow_provider_agentloom._os.reaper import cgroup_dir_for
@@ -251,7 +252,9 @@ async def test_a_reaper_started_ahead_runs_the_next_command_in_its_folder_and_en
     _process.prestart_reaper()
     spare = _process._spare
     assert spare is not None
-    time.sleep(0.3)  # it is up and waits for its spec
+    wait_until(
+        lambda: waits_on_a_pipe(spare.process.pid), 30, "the reaper started ahead to wait for its spec"
+    )
     assert spare.process.poll() is None
     env = {"PATH": os.environ["PATH"], "GREETING": "hi"}
     result = await run_shell(
