@@ -56,7 +56,7 @@ if str(TESTS) not in sys.path:
 
 from cli_support import is_outside_setting  # noqa: E402
 from process_support import kill_marked, new_marker  # noqa: E402
-from shared_paths import EXAMPLES  # noqa: E402
+from shared_paths import EXAMPLES, require_shared  # noqa: E402
 
 # Fixed places the suite cannot move: the corpus examples name absolute paths (13:
 # /tmp/agentloom-demo, 17 and 18: /tmp/agentloom), which is also the default working directory of a
@@ -163,9 +163,7 @@ def _network_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def examples_dir() -> Path:
-    if not EXAMPLES.is_dir():
-        pytest.skip(f"the upstream examples are not at {EXAMPLES} (set AGENTLOOM_EXAMPLES_DIR)")
-    return EXAMPLES
+    return require_shared(EXAMPLES)
 
 
 @pytest.fixture

@@ -429,10 +429,10 @@ async def test_a_slow_download_times_out(
     web: WebServer, resolver: FakeResolver, network: Network, base: Path
 ) -> None:
     web.route("/slow.png", body=PNG, stall=3.0)
-    started = time.monotonic()
+    # Without the deadline the download would succeed after the stall; how soon it fails is
+    # bench/bench_deadlines.py's to measure.
     with pytest.raises(StepError, match="took longer than 0.3 s"):
         await resolve_one(web.url("/slow.png"), make_sandbox(base, resolver), network, timeout=0.3)
-    assert time.monotonic() - started < 2.5
 
 
 # ====================================================================================== redirects
