@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,7 @@ class RunOptions:
 
     file: str
     cwd: str
-    state: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, JsonValue] = field(default_factory=dict)
     provider: str | None = None
     model: str | None = None
     budget: float | None = None
@@ -30,7 +33,7 @@ class RunOptions:
     record_tools: bool = False
     tools: tuple[str, ...] = ()
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> dict[str, JsonValue]:
         """JSON data for the home's run history, without the ``--state`` values.
 
         They may hold secrets (a ``redact: true`` key); the DAG run's conf keeps them, as Airflow

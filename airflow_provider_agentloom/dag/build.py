@@ -17,9 +17,16 @@ from typing import Any
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, Param, TaskGroup, TriggerRule
 from airflow.sdk.definitions.asset import BaseAsset
 
-from airflow_provider_agentloom.dag.checks import check_params, check_schedule, check_workflow
+from airflow_provider_agentloom.dag.checks import (
+    check_params,
+    check_schedule,
+    check_supported,
+    check_workflow,
+)
+from airflow_provider_agentloom.operators import registry
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.services import WorkflowRunContext
+from airflow_provider_agentloom.operators.subworkflow import SubworkflowOperator, SubworkflowStartOperator
 from airflow_provider_agentloom.plan.ids import ENTER_TASK, RESULT_TASK, safe_id
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.graph import StepGraph
@@ -58,8 +65,6 @@ _SPEC_KEYWORDS = {"min_length": "minLength", "max_length": "maxLength"}
 
 def operator_class(step: StepModel) -> type[AgentLoomStepOperator[Any]]:
     """The operator class that runs ``step``."""
-    from airflow_provider_agentloom.operators import registry
-
     return registry.operator_for(step)
 
 
@@ -86,9 +91,7 @@ def build_dag(
     :param fileloc: the DAG file to report (the runner's stub file).
     :param run_context_options: more ``WorkflowRunContext`` fields (registry, gateway).
     """
-    from airflow_provider_agentloom.operators import registry
-
-    registry.check_supported(workflow)
+    check_supported(workflow)
     graph = graph_of(workflow)
     dag_id = dag_id_for(workflow)
     task_ids = check_workflow(workflow, dag_id)
@@ -176,11 +179,6 @@ def _add_subworkflow(
     parent_group: TaskGroup | None,
     kwargs: dict[str, Any],
 ) -> Ends:
-    from airflow_provider_agentloom.operators.subworkflow import (
-        SubworkflowOperator,
-        SubworkflowStartOperator,
-    )
-
     child = scope.child(step)
     source = step.workflow_path or "workflow_inline"
     nesting: dict[str, Any] = {"parent_group": parent_group} if parent_group is not None else {}

@@ -6,6 +6,8 @@ file). Here each gets the file, the line and the key. The rules are Airflow's ow
 exposes them (its key validator, ``TAG_MAX_LEN``, the timetable's ``validate()``, croniter, the
 ``Asset`` URI rules, ``Param``'s JSON-Schema check), so a workflow is refused exactly when Airflow
 would refuse its DAG. ``config.airflow`` keys that name state keys or step ids are checked here too.
+The task-id rules themselves are :mod:`~airflow_provider_agentloom.plan.ids`'; this module reports them
+with the rest, and refuses step types no operator runs (``operators.registry``).
 """
 
 from __future__ import annotations
@@ -18,16 +20,25 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_agentloom.exceptions import ValidationIssue, WorkflowValidationError, closest
-from airflow_provider_agentloom.plan.ids import safe_id
+from airflow_provider_agentloom.operators import registry
+from airflow_provider_agentloom.plan.ids import (
+    MAX_ID,
+    child_id_issues,
+    safe_id,
+    scope_clash_issues,
+    step_task_ids,
+    task_id_issues,
+    written_scopes,
+)
 from airflow_provider_agentloom.workflow.models import (
     AssetAllOf,
     AssetAnyOf,
     ParamSpec,
     ScheduleInterval,
-    SubworkflowStep,
+    StepType,
     Workflow,
 )
-from airflow_provider_agentloom.workflow.source import Loc, child_place, issue_in
+from airflow_provider_agentloom.workflow.source import Loc, issue_in
 
 _FALLBACK_TAG_MAX_LEN = 100
 _FALLBACK_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
@@ -35,24 +46,45 @@ _KEY_RE = re.compile(r"^[\w.-]+$")
 _NOT_A_FOLDER = (".", "..")
 
 
-def check_workflow(workflow: Workflow, dag_id: str) -> dict[str, str]:
-    """Refuse what Airflow would refuse before the DAG is built; return the task id of each step."""
-    task_ids, issues = _task_ids(workflow)
-    issues = _dag_id_issues(workflow, dag_id) + issues + _tag_issues(workflow) + _continuous_issues(workflow)
-    issues += _interval_issues(workflow) + _asset_issues(workflow)
+def check_supported(workflow: Workflow) -> None:
+    """Refuse, with file, line and key, every step whose type has no operator yet (``validate`` too),
+    and every task id Airflow would refuse or that clashes (:mod:`~airflow_provider_agentloom.plan.ids`).
+
+    Subworkflow children are checked too, recursively, at their own file and line (an inline child at
+    its place in the file that holds it). Ids that meet across scopes are looked for only in a
+    workflow whose steps all run.
+    """
+    issues = _type_issues(workflow) + child_id_issues(workflow)
+    if not issues:
+        issues = scope_clash_issues(workflow)
     if issues:
         raise WorkflowValidationError(issues)
-    return task_ids
 
 
-def step_task_ids(workflow: Workflow) -> dict[str, str]:
-    """The task id of each step (within its workflow's namespace); ``check_workflow`` reports clashes."""
-    return _task_ids(workflow)[0]
+def _type_issues(workflow: Workflow) -> list[ValidationIssue]:
+    # ``registry.OPERATORS`` is read on call: a test narrows it to see the refusal.
+    supported = registry.OPERATORS
+    return [
+        issue_in(
+            scope.owner,
+            (*scope.prefix, "steps", index, "type"),
+            f"step {step.id!r}: step type {str(step.type)!r} is not supported yet: this version of "
+            f"the provider has no Airflow operator for it, so the workflow cannot run (supported "
+            f"step types: {', '.join(supported)})",
+        )
+        for scope in written_scopes(workflow)
+        for index, step in enumerate(scope.workflow.steps)
+        if StepType(step.type) not in supported
+    ]
 
 
-def task_id_issues(workflow: Workflow) -> list[ValidationIssue]:
-    """Two step ids that become the same Airflow task id (a subworkflow child's, say)."""
-    return _task_ids(workflow)[1]
+def check_workflow(workflow: Workflow, dag_id: str) -> dict[str, str]:
+    """Refuse what Airflow would refuse before the DAG is built; return the task id of each step."""
+    issues = _dag_id_issues(workflow, dag_id) + task_id_issues(workflow) + _tag_issues(workflow)
+    issues += _continuous_issues(workflow) + _interval_issues(workflow) + _asset_issues(workflow)
+    if issues:
+        raise WorkflowValidationError(issues)
+    return step_task_ids(workflow)
 
 
 def _key_problem(key: str) -> str | None:
@@ -60,8 +92,8 @@ def _key_problem(key: str) -> str | None:
     try:
         from airflow.sdk.definitions._internal.node import validate_key
     except ImportError:  # pragma: no cover - the same rule, should Airflow move it
-        if len(key) > 250:
-            return f"The key has to be less than 250 characters, not {len(key)}"
+        if len(key) > MAX_ID:
+            return f"The key has to be less than {MAX_ID} characters, not {len(key)}"
         return None if _KEY_RE.match(key) else f"The key {key!r} has invalid characters"
     try:
         validate_key(key)
@@ -96,31 +128,6 @@ def _dag_id_issues(workflow: Workflow, dag_id: str) -> list[ValidationIssue]:
         )
         return [issue_in(workflow, loc, message)]
     return []
-
-
-def _task_ids(workflow: Workflow) -> tuple[dict[str, str], list[ValidationIssue]]:
-    ids: dict[str, str] = {}
-    owners: dict[str, int] = {}
-    issues = []
-    for index, step in enumerate(workflow.steps):
-        task_id = safe_id(step.id)
-        if task_id in owners:
-            first = workflow.steps[owners[task_id]]
-            first_line = issue_in(workflow, ("steps", owners[task_id], "id"), "").line
-            where = f" (line {first_line})" if first_line is not None else ""
-            issues.append(
-                issue_in(
-                    workflow,
-                    ("steps", index, "id"),
-                    f"step ids {first.id!r}{where} and {step.id!r} both become the Airflow task id "
-                    f"{task_id!r} (Airflow ids keep only letters, digits, '_', '-' and '.', at most "
-                    "250 characters): rename one of them",
-                )
-            )
-            continue
-        owners[task_id] = index
-        ids[step.id] = task_id
-    return ids, issues
 
 
 def _tag_issues(workflow: Workflow) -> list[ValidationIssue]:
@@ -245,7 +252,8 @@ def _asset_issues(workflow: Workflow) -> list[ValidationIssue]:
     issues = []
     scheduled = list(_schedule_uris(workflow.config.airflow.schedule, ("config", "airflow", "schedule")))
     updated: set[str] = set()
-    for owner, prefix, scope in _scopes(workflow, ()):
+    for written in written_scopes(workflow):
+        owner, prefix, scope = written.owner, written.prefix, written.workflow
         airflow = scope.config.airflow
         base: Loc = (*prefix, "config", "airflow")
         outlets = [((*base, "outlets", pos), uri) for pos, uri in enumerate(airflow.outlets)]
@@ -292,22 +300,6 @@ def _schedule_uris(term: Any, loc: Loc) -> Iterator[tuple[Loc, str]]:
         yield from _schedule_uris(term.all, (*loc, "all"))
     elif isinstance(term, AssetAnyOf):
         yield from _schedule_uris(term.any, (*loc, "any"))
-
-
-def _scopes(
-    workflow: Workflow, prefix: Loc, owner: Workflow | None = None
-) -> Iterator[tuple[Workflow, Loc, Workflow]]:
-    """``(owner, prefix, scope)`` for the workflow and each subworkflow child, recursively.
-
-    ``owner`` is the workflow whose file holds ``scope`` (a child file's own, an inline child's parent's),
-    and ``prefix`` the key path of ``scope`` inside that file.
-    """
-    owner = owner or workflow
-    yield owner, prefix, workflow
-    for index, step in enumerate(workflow.steps):
-        if isinstance(step, SubworkflowStep) and step._child is not None:
-            child_owner, child_prefix = child_place(step, owner, (*prefix, "steps", index))
-            yield from _scopes(step.child, child_prefix, child_owner)
 
 
 # -- the trigger form ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from airflow.sdk import DAG
 
 from airflow_provider_agentloom import settings
+from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.limits import (
@@ -74,8 +75,6 @@ def build_workflow_dag(
     workflow: Workflow, *, tools: Iterable[BaseTool] = (), working_dir: str | None = None
 ) -> DAG | WorkflowValidationError:
     """Build the DAG of a loaded workflow and validate it as the DagBag will; never raises ``Exception``."""
-    from airflow_provider_agentloom.dag.build import build_dag
-
     source = workflow.source_path or "<string>"
     try:
         dag = build_dag(workflow, tools=tools, working_dir=working_dir)

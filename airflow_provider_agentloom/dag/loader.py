@@ -48,7 +48,14 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from airflow_provider_agentloom.dag import from_file
+from airflow_provider_agentloom.dag.build import TAG, dag_id_for
+from airflow_provider_agentloom.dag.checks import usable_dag_id
+from airflow_provider_agentloom.dag.from_file import build_workflow_dag, contained
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
+from airflow_provider_agentloom.operators.invalid import InvalidWorkflowOperator
+from airflow_provider_agentloom.plan.ids import MAX_ID, safe_id
+from airflow_provider_agentloom.settings import parse_cache_dir, workflow_limits
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.limits import ParseLimits, ParseTimeoutError, read_workflow_text
 from airflow_provider_agentloom.workflow.models import Workflow
@@ -60,11 +67,9 @@ DEFAULT_PATTERNS = ("*.yaml", "*.yml")
 GLOBAL_PREFIX = "agentloom_dag__"
 INVALID_TAG = "invalid"
 INVALID_PREFIX = "agentloom_invalid__"
-MAX_ID_LENGTH = 250
 
 _NAME_LINE = re.compile(r"^name:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 _DAG_ID_LINE = re.compile(r"^[ \t]+dag_id:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
-_UNSAFE_ID = re.compile(r"[^\w.-]")
 _IMPORT_MARGIN_SECONDS = 2.0
 
 
@@ -97,8 +102,6 @@ def load_workflows(
     :param working_dir: the directory built-in tools run from (``{dag_id}``/``{run_id}`` filled in).
     :return: the DAGs built, by DAG id.
     """
-    from airflow_provider_agentloom.settings import parse_cache_dir, workflow_limits
-
     globals_dict = globals_dict if globals_dict is not None else {}
     root = Path(folder) if folder is not None else _caller_folder(globals_dict)
     dags: dict[str, DAG] = {}
@@ -158,8 +161,6 @@ class _FolderLoad:
             try:
                 self._load_one(path, wanted, dags)
             except Exception as exc:  # the per-file functions contain everything; this is the last guard
-                from airflow_provider_agentloom.dag.from_file import contained
-
                 self.broken.append((path, str(contained(str(path), exc, "load"))))
         if not self.broken:
             return
@@ -175,9 +176,6 @@ class _FolderLoad:
                 log.exception("Could not build the placeholder DAG of %s: %s", path, message)
 
     def _load_one(self, path: Path, wanted: str | None, dags: dict[str, DAG]) -> None:
-        from airflow_provider_agentloom.dag.build import dag_id_for
-        from airflow_provider_agentloom.dag.from_file import build_workflow_dag
-
         left = _import_seconds_left()
         if left is not None and left < _IMPORT_MARGIN_SECONDS:
             self.broken.append((path, _out_of_time(path, left)))
@@ -280,8 +278,6 @@ def _parsing_context_dag_id() -> str | None:
 
 def scan_dag_id(text: str) -> str | None:
     """Read a workflow file's DAG id from its ``name:`` (or ``dag_id:``) line, without parsing the file."""
-    from airflow_provider_agentloom.plan.ids import safe_id
-
     override = _DAG_ID_LINE.search(text)
     if override is not None:
         return _unquote(override.group(1))
@@ -324,12 +320,10 @@ def placeholder_ids(files: list[Path], root: Path) -> dict[Path, str]:
     Where two paths give the same id (``a b/x.yaml`` and ``a_b/x.yaml``), or an id would be too
     long for Airflow, a short hash of the path is appended.
     """
-    names = {path: INVALID_PREFIX + _UNSAFE_ID.sub("_", _relative(path, root)) for path in files}
+    names = {path: INVALID_PREFIX + safe_id(_relative(path, root)) for path in files}
     counts = Counter(names.values())
     return {
-        path: name
-        if counts[name] == 1 and len(name) <= MAX_ID_LENGTH
-        else _hashed(name, _relative(path, root))
+        path: name if counts[name] == 1 and len(name) <= MAX_ID else _hashed(name, _relative(path, root))
         for path, name in names.items()
     }
 
@@ -343,13 +337,11 @@ def _relative(path: Path, root: Path) -> str:
 
 def _hashed(name: str, key: str) -> str:
     digest = hashlib.sha1(key.encode(errors="surrogateescape"), usedforsecurity=False).hexdigest()[:10]
-    return f"{name[: MAX_ID_LENGTH - 12]}__{digest}"
+    return f"{name[: MAX_ID - 12]}__{digest}"
 
 
 def _placeholder_id(path: Path, path_id: str, taken: set[str], limits: ParseLimits) -> str:
     """The file's scanned DAG id when usable and free, else its path id (made unique against ``taken``)."""
-    from airflow_provider_agentloom.dag.checks import usable_dag_id
-
     scanned = _scan_file(path, limits)
     if scanned and scanned not in taken and usable_dag_id(scanned):
         return scanned
@@ -363,8 +355,6 @@ def _placeholder_id(path: Path, path_id: str, taken: set[str], limits: ParseLimi
 def _cached_load(
     path: Path, limits: ParseLimits, disk: ParseCache | None = None
 ) -> Workflow | WorkflowValidationError:
-    from airflow_provider_agentloom.dag.from_file import read_workflow
-
     key = str(path)
     entry = _CACHE.get(key)
     if entry is not None and _same_limits(entry.limits, limits) and _stamp_of(entry.stamp) == entry.stamp:
@@ -372,7 +362,7 @@ def _cached_load(
     stamp = _stamp_of(((key, 0, 0),))
     result: Workflow | WorkflowValidationError | None = disk.get(key, limits) if disk else None
     if result is None:
-        result = read_workflow(path, limits)
+        result = from_file.read_workflow(path, limits)  # through the module: a test counts the reads
         if isinstance(result, Workflow) and disk is not None:
             disk.put(key, limits, result)
     if isinstance(result, ParseTimeoutError):
@@ -426,9 +416,6 @@ def _report_broken(path: Path, message: str, dag_id: str) -> DAG:
 
 
 def _placeholder_dag(path: Path, message: str, dag_id: str) -> DAG:
-    from airflow_provider_agentloom.dag.build import TAG
-    from airflow_provider_agentloom.operators.invalid import InvalidWorkflowOperator
-
     first_line = message.splitlines()[0] if message else "invalid workflow"
     dag = DAG(
         dag_id=dag_id,

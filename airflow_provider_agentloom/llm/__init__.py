@@ -7,16 +7,18 @@ Nothing here imports Airflow. Public names resolve lazily, so importing a submod
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 _LAZY: dict[str, str] = {
     "AllProvidersFailedError": "airflow_provider_agentloom.llm.errors",
     "AnthropicProvider": "airflow_provider_agentloom.llm.anthropic",
     "AttachmentData": "airflow_provider_agentloom.llm.types",
+    "ChatClient": "airflow_provider_agentloom.llm.base",
     "ChatRequest": "airflow_provider_agentloom.llm.types",
     "ChatResponse": "airflow_provider_agentloom.llm.types",
     "CircuitOpenError": "airflow_provider_agentloom.llm.errors",
     "FixtureError": "airflow_provider_agentloom.llm.errors",
+    "Gateway": "airflow_provider_agentloom.llm.gateway",
     "GoogleProvider": "airflow_provider_agentloom.llm.google",
     "HTTPProvider": "airflow_provider_agentloom.llm.http_client",
     "LLMProvider": "airflow_provider_agentloom.llm.base",
@@ -48,6 +50,7 @@ __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:
     from airflow_provider_agentloom.llm.anthropic import AnthropicProvider as AnthropicProvider
+    from airflow_provider_agentloom.llm.base import ChatClient as ChatClient
     from airflow_provider_agentloom.llm.base import LLMProvider as LLMProvider
     from airflow_provider_agentloom.llm.errors import AllProvidersFailedError as AllProvidersFailedError
     from airflow_provider_agentloom.llm.errors import CircuitOpenError as CircuitOpenError
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.llm.errors import ReplyTooLargeError as ReplyTooLargeError
     from airflow_provider_agentloom.llm.factory import create_provider as create_provider
     from airflow_provider_agentloom.llm.fixtures import prompt_hash as prompt_hash
+    from airflow_provider_agentloom.llm.gateway import Gateway as Gateway
     from airflow_provider_agentloom.llm.gateway import ProviderGateway as ProviderGateway
     from airflow_provider_agentloom.llm.google import GoogleProvider as GoogleProvider
     from airflow_provider_agentloom.llm.http_client import HTTPProvider as HTTPProvider
@@ -81,7 +85,7 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.llm.types import ToolSpec as ToolSpec
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'airflow_provider_agentloom.llm' has no attribute {name!r}")

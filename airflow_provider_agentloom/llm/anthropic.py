@@ -105,11 +105,11 @@ class AnthropicProvider(HTTPProvider):
     def _url(self, request: ChatRequest, *, stream: bool) -> str:
         return f"{self.base_url}/messages"
 
-    def _error_detail(self, body: Any, text: str) -> str:
+    def _error_detail(self, body: object, text: str) -> str:
         found = _anthropic_error(body)
         return found[0] if found is not None else super()._error_detail(body, text)
 
-    def _error_in_body(self, body: Any) -> tuple[str, int] | None:
+    def _error_in_body(self, body: object) -> tuple[str, int] | None:
         return _anthropic_error(body)
 
     # -- request -----------------------------------------------------------------------------
@@ -295,7 +295,7 @@ _DELTA_FIELDS = {
 }
 
 
-def _anthropic_error(body: Any) -> tuple[str, int] | None:
+def _anthropic_error(body: object) -> tuple[str, int] | None:
     """Return ``(type: message, status)`` of an Anthropic error document or error event, else None."""
     if not isinstance(body, dict):
         return None

@@ -12,11 +12,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
 
 __all__ = [
+    "ChatClient",
     "ChunkSink",
     "LLMProvider",
     "OnChunk",
@@ -30,6 +31,18 @@ log = logging.getLogger(__name__)
 
 OnChunk = Callable[[str], Awaitable[None] | None]
 """Receives each streamed text chunk; may be a plain function or a coroutine function."""
+
+
+class ChatClient(Protocol):
+    """What sends one request to a model: a provider, the gateway, or a wrapper around either."""
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """Send one request."""
+        ...
+
+    async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse:
+        """Send one request, passing its text chunks to ``on_chunk`` as they arrive."""
+        ...
 
 
 async def emit_chunk(on_chunk: OnChunk | None, text: str) -> None:

@@ -102,7 +102,7 @@ class FixtureEntry(BaseModel):
     reasoning: str | None = None
 
     @classmethod
-    def parse(cls, value: Any, *, key: str) -> FixtureEntry:
+    def parse(cls, value: object, *, key: str) -> FixtureEntry:
         """Validate one fixture value; raise ``FixtureError`` naming ``key`` when it is malformed."""
         try:
             return cls.model_validate(value)

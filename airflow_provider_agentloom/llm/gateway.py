@@ -7,12 +7,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import anyio
 
 from airflow_provider_agentloom.exceptions import LLMHTTPError
-from airflow_provider_agentloom.llm.base import LLMProvider, OnChunk, emit_chunk
+from airflow_provider_agentloom.llm.base import ChatClient, LLMProvider, OnChunk, emit_chunk
 from airflow_provider_agentloom.llm.errors import (
     AllProvidersFailedError,
     CircuitOpenError,
@@ -28,7 +28,7 @@ from airflow_provider_agentloom.llm.resilience import (
 from airflow_provider_agentloom.llm.telemetry import telemetry
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord
 
-__all__ = ["ProviderEntry", "ProviderGateway", "RetryScope", "ToolCallRecorder"]
+__all__ = ["Gateway", "ProviderEntry", "ProviderGateway", "RetryScope", "ToolCallRecorder"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,21 @@ class ToolCallRecorder(Protocol):
 
     async def record_tool_call(self, record: ToolCallRecord) -> None:
         """Store one finished tool call."""
+
+
+class Gateway(ChatClient, Protocol):
+    """What operators and the runner call on the model gateway of a step (``ProviderGateway`` is one).
+
+    A ``WorkflowEngine(provider_gateway=...)`` may pass any object with these four methods.
+    """
+
+    async def record_tool_call(self, record: ToolCallRecord) -> None:
+        """Pass one finished tool call to the providers that record them."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close every provider (the step is done with the gateway)."""
+        ...
 
 
 @dataclass
@@ -354,3 +369,7 @@ def _error_type(error: LLMError) -> str:
     if isinstance(error, LLMHTTPError):
         return "connection" if error.status_code == 0 else f"http_{error.status_code}"
     return type(error).__name__
+
+
+if TYPE_CHECKING:  # mypy proves here that ProviderGateway is a Gateway
+    _GATEWAY: type[Gateway] = ProviderGateway

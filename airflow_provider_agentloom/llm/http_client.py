@@ -188,7 +188,7 @@ class HTTPProvider(LLMProvider):
     def _parse(self, body: Any, request: ChatRequest) -> ChatResponse:
         """Turn a (possibly rebuilt) response body into a ``ChatResponse``: the one parser of this vendor."""
 
-    def _error_detail(self, body: Any, text: str) -> str:
+    def _error_detail(self, body: object, text: str) -> str:
         """Return the human part of a vendor error body."""
         if isinstance(body, dict):
             error = body.get("error")
@@ -200,7 +200,7 @@ class HTTPProvider(LLMProvider):
                 return str(body["message"])
         return text
 
-    def _error_in_body(self, body: Any) -> tuple[str, int] | None:
+    def _error_in_body(self, body: object) -> tuple[str, int] | None:
         """Return ``(message, status)`` when a 2xx body is the vendor's error document, else None."""
         return body_error(body)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_agentloom.exceptions import ToolNotFoundError
-from airflow_provider_agentloom.llm.base import OnChunk
+from airflow_provider_agentloom.llm.base import ChatClient, OnChunk
 from airflow_provider_agentloom.llm.errors import clip
 from airflow_provider_agentloom.llm.gateway import ToolCallRecorder
 from airflow_provider_agentloom.llm.types import (
@@ -48,23 +48,11 @@ DEFAULT_MAX_TOOL_CALLS_PER_REPLY = 32
 MAX_ECHO_CHARS = 2000
 """Longest tool error (or echoed tool name) sent back to the model or kept in the record."""
 
-ExecuteTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
+ExecuteTool = Callable[[str, dict[str, Any]], Awaitable[object]]
 """Runs one tool by name with the model's arguments and returns its value (or raises)."""
 
 OnToolCall = Callable[[ToolCallRecord], Awaitable[None] | None]
 """Called once per finished tool call, in the order the model asked for them."""
-
-
-class ChatClient(Protocol):
-    """What the loop needs: a ``ProviderGateway`` or any single provider."""
-
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        """Send one request."""
-        ...
-
-    async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse:
-        """Send one request, streaming."""
-        ...
 
 
 class LoopResult(BaseModel):
@@ -226,7 +214,7 @@ async def _run_calls(
             return
         async with policy.limiter:
             started = time.perf_counter()
-            result: Any = None
+            result: object = None
             error: str | None = None
             try:
                 result = await execute_tool(call.name, dict(call.arguments))
@@ -312,7 +300,7 @@ def tool_specs_for_agent(names: Iterable[str], registry: ToolRegistry) -> list[T
 def registry_executor(registry: ToolRegistry) -> ExecuteTool:
     """Return an ``execute_tool`` that runs registered tools; an unknown name raises ``ToolNotFoundError``."""
 
-    async def execute(name: str, arguments: dict[str, Any]) -> Any:
+    async def execute(name: str, arguments: dict[str, Any]) -> object:
         tool = registry.get(name)
         if tool is None:
             raise ToolNotFoundError(f"Tool {name!r} is not registered")

@@ -7,7 +7,6 @@ import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -40,7 +39,7 @@ class PricingTable:
         self._by_length = sorted(self._prices, key=len, reverse=True)
 
     @classmethod
-    def from_mapping(cls, data: Any, *, source: str = "<mapping>") -> PricingTable:
+    def from_mapping(cls, data: object, *, source: str = "<mapping>") -> PricingTable:
         """Build a table from ``{model: {input: x, output: y}}``; raise ``ValueError`` naming a bad entry."""
         if data is None:
             return cls()

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_agentloom.llm.base import LLMProvider, OnChunk
 from airflow_provider_agentloom.llm.errors import FixtureError
@@ -111,7 +111,10 @@ class _RecordingFile:
                 raise
 
 
-def _unmasked(value: Any) -> Any:
+_V = TypeVar("_V")
+
+
+def _unmasked(value: _V) -> _V:
     return value
 
 

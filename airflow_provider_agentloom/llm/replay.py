@@ -21,8 +21,11 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from airflow_provider_agentloom.llm.base import OnChunk
+from pydantic import JsonValue
+
+from airflow_provider_agentloom.llm.base import ChatClient, OnChunk
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
+from airflow_provider_agentloom.workflow.redaction import Mask
 
 __all__ = ["ChatClient", "KeptReplies", "ReplyStore", "request_fingerprint"]
 
@@ -33,28 +36,20 @@ _NOT_SENT = frozenset({"stream", "step_id", "request_timeout"})
 """Request fields that never change what the model answers (how the reply travels, what keys fixtures)."""
 
 
-class ChatClient(Protocol):
-    """What a model step calls: the gateway, or the budget guard around it."""
-
-    async def complete(self, request: ChatRequest) -> ChatResponse: ...
-
-    async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse: ...
-
-
 class Log(Protocol):
     """A logger: the task's own in a task (Airflow's structlog logger), or the standard library's."""
 
-    def info(self, event: Any, *args: Any, **kw: Any) -> Any: ...
+    def info(self, event: str, *args: object) -> object: ...
 
-    def warning(self, event: Any, *args: Any, **kw: Any) -> Any: ...
+    def warning(self, event: str, *args: object) -> object: ...
 
 
 class ReplyStore(Protocol):
     """Where replies are kept between attempts (a task's ``task_state_store``)."""
 
-    def get(self, key: str, default: Any = None) -> Any: ...
+    def get(self, key: str, default: JsonValue = None) -> JsonValue: ...
 
-    def set(self, key: str, value: Any) -> None: ...
+    def set(self, key: str, value: JsonValue) -> None: ...
 
 
 def request_fingerprint(request: ChatRequest) -> str:
@@ -81,7 +76,7 @@ class KeptReplies:
         store: ReplyStore | None,
         *,
         sequence: int,
-        mask: Callable[[Any], Any],
+        mask: Mask,
         log: Log,
     ) -> None:
         self._client = client
@@ -117,7 +112,7 @@ class KeptReplies:
             return ChatResponse.model_validate(kept["reply"])
         response = ChatResponse.model_validate(self._mask((await call()).model_dump(mode="json")))
         if self._store is not None:
-            entry = {
+            entry: JsonValue = {
                 "sequence": self._sequence,
                 "fingerprint": fingerprint,
                 "reply": response.model_dump(mode="json"),

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry.util.types import AttributeValue
 
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
 
@@ -42,7 +42,11 @@ class Telemetry:
     :param meter_provider: where metrics go; the global provider when None.
     """
 
-    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+    ) -> None:
         self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
         self.calls = meter.create_counter(
@@ -79,15 +83,17 @@ class Telemetry:
             description="Circuit breaker state per provider: 0 closed, 1 open, 2 half-open",
         )
 
-    def _observe_circuits(self, _options: Any) -> Iterable[metrics.Observation]:
+    def _observe_circuits(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         return [
             metrics.Observation(value, {"provider": name}) for name, value in self._circuit_states.items()
         ]
 
     @contextmanager
-    def chat_span(self, vendor: str, request: ChatRequest, *, stream: bool, attempt: int) -> Iterator[Any]:
+    def chat_span(
+        self, vendor: str, request: ChatRequest, *, stream: bool, attempt: int
+    ) -> Iterator[trace.Span]:
         """Open the ``chat <model>`` span of one provider attempt, with the request attributes set."""
-        attributes: dict[str, Any] = {
+        attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": genai_provider_name(vendor),
             "gen_ai.request.model": request.model,
@@ -107,7 +113,7 @@ class Telemetry:
 
     def record_success(
         self,
-        span: Any,
+        span: trace.Span,
         vendor: str,
         request: ChatRequest,
         response: ChatResponse,
@@ -145,7 +151,14 @@ class Telemetry:
             self.ttfc.record(response.time_to_first_token_ms / 1000.0, base)
 
     def record_failure(
-        self, span: Any, vendor: str, request: ChatRequest, error_type: str, *, stream: bool, seconds: float
+        self,
+        span: trace.Span,
+        vendor: str,
+        request: ChatRequest,
+        error_type: str,
+        *,
+        stream: bool,
+        seconds: float,
     ) -> None:
         """Mark ``span`` failed and count the error."""
         span.set_attribute("error.type", error_type)
@@ -193,7 +206,9 @@ def telemetry() -> Telemetry:
     return _current
 
 
-def configure_telemetry(tracer_provider: Any = None, meter_provider: Any = None) -> Telemetry:
+def configure_telemetry(
+    tracer_provider: trace.TracerProvider | None = None, meter_provider: metrics.MeterProvider | None = None
+) -> Telemetry:
     """Replace the process-wide telemetry with one bound to these providers (None = global ones)."""
     global _current
     _current = Telemetry(tracer_provider, meter_provider)

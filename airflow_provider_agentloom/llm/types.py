@@ -249,7 +249,7 @@ class ToolCallRecord(_Model):
         return self.error if self.error is not None else encode_tool_result(self.result)
 
 
-def encode_tool_result(value: Any) -> str:
+def encode_tool_result(value: object) -> str:
     """Return what a model receives for a tool's return value: strings as they are, the rest as JSON."""
     if isinstance(value, str):
         return value

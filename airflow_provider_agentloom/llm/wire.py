@@ -44,7 +44,7 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-def body_error(body: Any) -> tuple[str, int] | None:
+def body_error(body: object) -> tuple[str, int] | None:
     """Return ``(message, status)`` of an ``{"error": …}`` document (OpenAI, Gemini, Ollama shapes).
 
     The status is the document's own HTTP code when it gives one (Gemini's ``code``), else 500,

@@ -26,7 +26,7 @@ from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, Toke
 if TYPE_CHECKING:
     from airflow_provider_agentloom.llm.base import OnChunk
     from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
-    from airflow_provider_agentloom.operators.services import WorkflowRunContext
+    from airflow_provider_agentloom.plan.scope import Scope
 
 __all__ = ["SPEND_KEY", "BudgetGuard", "recorded_spend"]
 
@@ -36,7 +36,7 @@ SPEND_KEY = "agentloom_spend"
 _MODEL_STEPS = (StepType.LLM_CALL, StepType.AGENT)
 
 
-def recorded_spend(ti: Any, run_context: WorkflowRunContext, *, exclude: str) -> float:
+def recorded_spend(ti: Any, run_context: Scope, *, exclude: str) -> float:
     """Return what the run's steps other than ``exclude`` spent, as recorded in their XComs.
 
     The budget is run-wide: every step task of the whole DAG counts, in every subworkflow scope,

@@ -45,7 +45,7 @@ from airflow_provider_agentloom.workflow.results import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_agentloom.operators.services import WorkflowRunContext
+    from airflow_provider_agentloom.plan.scope import Scope
 
 __all__ = ["SubworkflowOperator", "SubworkflowStartOperator", "child_outcome", "step_result_of"]
 
@@ -120,12 +120,12 @@ class SubworkflowOperator(_SubworkflowTask):
         raise AssertionError("unreachable")  # pragma: no cover - guard re-raises
 
 
-def _task_states(run: StepRun[SubworkflowStep], child: WorkflowRunContext) -> dict[str, str]:
+def _task_states(run: StepRun[SubworkflowStep], child: Scope) -> dict[str, str]:
     """The Airflow state of each task of the child's steps."""
     return run.reader.task_states([tid for sid in child.graph.steps for tid in _tasks_of(child, sid)])
 
 
-def _tasks_of(scope: WorkflowRunContext, step_id: str) -> tuple[str, ...]:
+def _tasks_of(scope: Scope, step_id: str) -> tuple[str, ...]:
     if scope.graph.steps[step_id].type == StepType.SUBWORKFLOW:
         return (scope.task_id(step_id), scope.entry_task_id(step_id))
     return (scope.task_id(step_id),)
@@ -140,7 +140,7 @@ class ChildResults(list[tuple[str, str | None, StepResult]]):
         self.budget_stopped: list[str] = []
 
 
-def child_results(child: WorkflowRunContext, pull: Any, states: Mapping[str, str]) -> ChildResults:
+def child_results(child: Scope, pull: Any, states: Mapping[str, str]) -> ChildResults:
     """The result of each child step, in upstream order (see :class:`ChildResults`)."""
     out = ChildResults()
     for step_id in child.graph.order:
@@ -185,7 +185,7 @@ def step_result_of(
 def child_outcome(
     step: SubworkflowStep,
     base: Mapping[str, Any],
-    child: WorkflowRunContext,
+    child: Scope,
     results: ChildResults | Iterable[tuple[str, str | None, StepResult]],
 ) -> StepOutcome:
     """The subworkflow's outcome: the child's final state (or ``return_keys``) and totals.

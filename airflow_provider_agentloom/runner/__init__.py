@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_agentloom.runner.interrupts import RunInterrupted
 
 if TYPE_CHECKING:
+    from airflow_provider_agentloom.runner.engine import AskGate
+    from airflow_provider_agentloom.runner.results import ProgressCallback
     from airflow_provider_agentloom.tools.base import BaseTool
     from airflow_provider_agentloom.workflow.models import Workflow
     from airflow_provider_agentloom.workflow.results import RunResult
@@ -32,11 +34,11 @@ def run_workflow(
     state: Mapping[str, Any] | None = None,
     home: str | os.PathLike[str] | None = None,
     working_dir: str | os.PathLike[str] | None = None,
-    on_progress: Any = None,
+    on_progress: ProgressCallback | None = None,
     run_context_options: dict[str, Any] | None = None,
     stop: threading.Event | None = None,
     answers: Mapping[str, bool] | None = None,
-    ask: Any = None,
+    ask: AskGate | None = None,
     resume_run_id: str | None = None,
     record: Mapping[str, Any] | None = None,
     daemon: bool | None = None,

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_agentloom.operators.services import WorkflowRunContext
+from airflow_provider_agentloom.plan.scope import Scope
 from airflow_provider_agentloom.runner.db_writes import DatabaseWrites
 from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
 from airflow_provider_agentloom.runner.processes import (
@@ -88,7 +88,7 @@ class DagRunDriver:
     def __init__(
         self,
         dag: DAG,
-        run_context: WorkflowRunContext,
+        run_context: Scope,
         home: EmbeddedHome,
         *,
         conf: Mapping[str, Any] | None = None,

@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from airflow_provider_agentloom.operators.services import WorkflowRunContext
+from airflow_provider_agentloom.plan.scope import Scope
 from airflow_provider_agentloom.workflow.models import SubworkflowStep
 from airflow_provider_agentloom.workflow.redaction import redact_state, redacted_key_patterns
 from airflow_provider_agentloom.workflow.results import (
@@ -29,8 +29,12 @@ from airflow_provider_agentloom.workflow.state import initial_state
 
 _NEVER = datetime.max.replace(tzinfo=UTC)
 
-ProgressCallback = Callable[[StepResult, str], None]
-"""Called with a step's result and an event: ``"done"`` (final) or ``"retry"`` (an attempt failed)."""
+ProgressEvent = Literal["done", "retry"]
+"""What a progress call reports: the step ended (``"done"``, final) or an attempt failed (``"retry"``)."""
+
+ProgressCallback = Callable[[StepResult, ProgressEvent], None]
+"""``on_progress(step_result, event)``: called in this process as steps end or retry (never pickled:
+the warm runner sends the result as JSON and calls it here)."""
 
 
 class RunResultCollector:
@@ -38,7 +42,7 @@ class RunResultCollector:
 
     def __init__(
         self,
-        run_context: WorkflowRunContext,
+        run_context: Scope,
         conf: Mapping[str, Any] | None = None,
         on_progress: ProgressCallback | None = None,
         logs_folder: Path | None = None,
@@ -109,12 +113,14 @@ class RunResultCollector:
         }
         if at_end:
             final.add(TaskInstanceState.AWAITING_INPUT)
-        ended: list[tuple[Any, str, str]] = []
+        ended: list[tuple[Any, ProgressEvent, str]] = []
         unfinished = {ti.task_id for ti in tis if ti.state not in final}
         parents = self.ctx.graph.parents
         for ti in tis:
             state = ti.state
-            event = "done" if state in final else "retry" if state == TaskInstanceState.UP_FOR_RETRY else None
+            event: ProgressEvent | None = (
+                "done" if state in final else "retry" if state == TaskInstanceState.UP_FOR_RETRY else None
+            )
             if event is None or not self._reports_step(ti, tis):
                 continue
             task_id = self._openers.get(ti.task_id, ti.task_id)
@@ -191,7 +197,7 @@ class RunResultCollector:
         self,
         session: Any,
         tis: Mapping[str, Any],
-        scope: WorkflowRunContext,
+        scope: Scope,
         results: dict[str, StepResult],
         failures: dict[str, str],
         budget_stopped: list[str],
@@ -232,7 +238,7 @@ class RunResultCollector:
         step_id: str,
         failures: Mapping[str, str],
         budget_stopped: Sequence[str] = (),
-        scope: WorkflowRunContext | None = None,
+        scope: Scope | None = None,
         local_id: str | None = None,
     ) -> tuple[StepResult, StepMeta | None]:
         """One step's result; ``failures`` are the earlier steps that failed or that the budget stopped."""

@@ -28,7 +28,7 @@ MAX_VALUE_LENGTH: Final = 1_000_000
 _MAX_DEPTH: Final = 100
 _ROOTS: Final = ("state", "steps")
 
-_BUILTINS: Final[Mapping[str, Callable[..., Any]]] = {
+_BUILTINS: Final[Mapping[str, Callable[..., object]]] = {
     function.__name__: function for function in (len, str, int, float, bool, abs, min, max)
 }
 # (fewest, most) positional arguments; None = no upper bound.
@@ -40,7 +40,7 @@ _ARITY: Final[Mapping[str, tuple[int, int | None]]] = (
 # The builtins whose arguments may not be None (``str(None)`` and ``bool(None)`` are fine).
 _NONE_REFUSING: Final = frozenset({"len", "abs", "int", "float", "min", "max"})
 # The only names allowed as the second argument of isinstance(); ``dict`` means any mapping.
-_TYPE_NAMES: Final[Mapping[str, type[Any]]] = {
+_TYPE_NAMES: Final[Mapping[str, type]] = {
     "str": str,
     "int": int,
     "float": float,
@@ -547,7 +547,7 @@ class _Compiler(ast.NodeVisitor):
     def _isinstance(self, node: ast.Call) -> _Fn:
         value, kinds = self.compile(node.args[0]), node.args[1]
         names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
-        types: list[type[Any]] = []
+        types: list[type] = []
         for kind in names:
             if not (isinstance(kind, ast.Name) and kind.id in _TYPE_NAMES):
                 raise self.refuse(kind, f"isinstance() accepts only the types {', '.join(_TYPE_NAMES)}")
@@ -613,7 +613,7 @@ def _count(fewest: int, most: int | None) -> str:
 # -- runtime helpers ------------------------------------------------------------------------------
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return f"value of type '{type(value).__name__}'"
 
 

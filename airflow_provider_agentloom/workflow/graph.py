@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from airflow_provider_agentloom.exceptions import closest
+from airflow_provider_agentloom.workflow.expressions import compile_expression
 from airflow_provider_agentloom.workflow.models import (
     RouterStep,
     StepModel,
@@ -131,8 +132,6 @@ class _ReadCollector:
             self.keys.add(str(parts[0]))
 
     def expression(self, text: str) -> None:
-        from airflow_provider_agentloom.workflow.expressions import compile_expression
-
         reads = compile_expression(text).reads
         self.keys |= reads.state_keys
         self.ids |= reads.step_ids

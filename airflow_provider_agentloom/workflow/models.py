@@ -9,6 +9,7 @@ fails later in Airflow. Nothing here imports Airflow.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -145,7 +146,7 @@ class AssetAnyOf(_Strict):
     )
 
 
-def _expression_tag(value: Any) -> str:
+def _expression_tag(value: Mapping[object, object]) -> str:
     """Which asset expression a mapping means: ``any`` or ``all`` (the closest key decides for a typo)."""
     keys = [str(key) for key in value]
     if "all" in keys:
@@ -159,13 +160,13 @@ def _expression_tag(value: Any) -> str:
     return "asset-all"
 
 
-def _condition_tag(value: Any) -> str:
+def _condition_tag(value: object) -> str:
     if isinstance(value, dict):
         return _expression_tag(value)
     return "asset-uri"
 
 
-def _schedule_tag(value: Any) -> str:
+def _schedule_tag(value: object) -> str:
     if isinstance(value, list):
         return "asset-list"
     if isinstance(value, dict):

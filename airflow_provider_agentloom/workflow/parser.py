@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import re
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -26,6 +26,7 @@ from airflow_provider_agentloom.exceptions import (
     WorkflowValidationError,
     closest,
 )
+from airflow_provider_agentloom.workflow.expressions import compile_expression
 from airflow_provider_agentloom.workflow.graph import GraphError, StepGraph, build_graph
 from airflow_provider_agentloom.workflow.limits import (
     DEFAULT_LIMITS,
@@ -38,6 +39,7 @@ from airflow_provider_agentloom.workflow.limits import (
     limits_from_environment,
     read_workflow_text,
 )
+from airflow_provider_agentloom.workflow.lint import output_collisions
 from airflow_provider_agentloom.workflow.models import (
     STEP_MODELS,
     UNION_TAGS,
@@ -51,6 +53,9 @@ from airflow_provider_agentloom.workflow.source import Loc, SourceMap, format_lo
 from airflow_provider_agentloom.workflow.state import state_formats, to_json_data
 from airflow_provider_agentloom.workflow.step_templates import step_templates
 from airflow_provider_agentloom.workflow.templates import check_template
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -152,10 +157,14 @@ _TREE_DEPTH = 100
 """Deepest document :meth:`_StrictLoader.construct_tree` builds (it recurses; the default limit is 64)."""
 
 
-def _checked(construct: Any) -> Any:
+_Construct = Callable[[_StrictLoader, yaml.ScalarNode], object]
+"""A YAML scalar constructor: the loader and the node, to the Python value."""
+
+
+def _checked(construct: _Construct) -> _Construct:
     """Wrap a scalar constructor so a value Python refuses is a YAML error at its line."""
 
-    def construct_checked(loader: _StrictLoader, node: yaml.Node) -> Any:
+    def construct_checked(loader: _StrictLoader, node: yaml.ScalarNode) -> object:
         try:
             return construct(loader, node)
         except ValueError as exc:  # the int-str digit limit, an impossible date
@@ -324,8 +333,6 @@ class _Validator:
         return workflow
 
     def _check_strict_outputs(self, workflow: Workflow, graph: StepGraph, prefix: Loc) -> None:
-        from airflow_provider_agentloom.workflow.lint import output_collisions
-
         collisions = output_collisions(workflow, graph)
         if collisions:
             raise WorkflowValidationError(
@@ -383,8 +390,6 @@ class _Validator:
     # -- semantic checks -------------------------------------------------------------------------
 
     def _check_expressions(self, workflow: Workflow, prefix: Loc) -> list[ValidationIssue]:
-        from airflow_provider_agentloom.workflow.expressions import compile_expression
-
         issues = []
         for index, step in enumerate(workflow.steps):
             if isinstance(step, RouterStep):
@@ -561,7 +566,7 @@ def _clean_loc(raw: Sequence[str | int], data: Any) -> tuple[Loc, list[type[Base
     return tuple(loc), models
 
 
-def _reported_below(loc: Loc, errors: list[tuple[Any, Loc, Any]]) -> bool:
+def _reported_below(loc: Loc, errors: list[tuple[ErrorDetails, Loc, list[type[BaseModel] | None]]]) -> bool:
     """Whether another error sits inside ``loc`` (the mapping member of a union explains itself)."""
     return any(len(other) > len(loc) and other[: len(loc)] == loc for _, other, _ in errors)
 
@@ -587,7 +592,7 @@ def _is_mapping_field(model: type[BaseModel] | None, name: str) -> bool:
     return field is not None and typing.get_origin(field.annotation) is dict
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def _models_in(annotation: object) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     found: list[type[BaseModel]] = []
@@ -598,7 +603,7 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return found
 
 
-def _describe(err: Any, loc: Loc, models: list[type[BaseModel] | None]) -> tuple[str, str | None]:
+def _describe(err: ErrorDetails, loc: Loc, models: list[type[BaseModel] | None]) -> tuple[str, str | None]:
     kind = err["type"]
     parent = models[-2] if len(models) >= 2 else None
     name = loc[-1] if loc else ""
@@ -656,7 +661,7 @@ def _model_label(model: type[BaseModel] | None) -> str:
     return ""
 
 
-def _step_hint(loc: Loc, data: Any) -> str:
+def _step_hint(loc: Loc, data: object) -> str:
     if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
         steps = data.get("steps") if isinstance(data, Mapping) else None
         if isinstance(steps, list) and loc[1] < len(steps) and isinstance(steps[loc[1]], Mapping):

@@ -22,9 +22,9 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "MIN_SECRET_LENGTH",
@@ -44,11 +44,16 @@ REDACT_STATE_KEYS_ENV = "AGENTLOOM_REDACT_STATE_KEYS"
 #: Airflow's own log masker uses the same bound (``[logging] min_length_masked_secret``).
 MIN_SECRET_LENGTH = 5
 
-Mask = Callable[[Any], Any]
-"""Returns a JSON-like value with a run's secrets masked (``SecretMasker.mask`` and its callers)."""
+_Value = TypeVar("_Value")
 
 
-def marker(secret: Any) -> str:
+class Mask(Protocol):
+    """Returns a JSON-like value with a run's secrets masked (``SecretMasker.mask`` and its callers)."""
+
+    def __call__(self, value: _Value, /) -> _Value: ...
+
+
+def marker(secret: object) -> str:
     """Return the marker that replaces ``secret``: ``<REDACTED:sha256=`` + 16 hex digits + ``>``."""
     text = secret if isinstance(secret, str) else json.dumps(secret, sort_keys=True, default=str)
     return f"<REDACTED:sha256={hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}>"

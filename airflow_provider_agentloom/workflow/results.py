@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from airflow_provider_agentloom.workflow.state import rebuild_state
+
 
 class StepStatus(StrEnum):
     """A step's outcome, in upstream's words."""
@@ -97,7 +99,7 @@ class StepMeta(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def from_xcom(cls, value: Any) -> StepMeta | None:
+    def from_xcom(cls, value: object) -> StepMeta | None:
         """The metadata a task pushed, validated; None when there is none or it is not ours."""
         if not isinstance(value, dict):
             return None
@@ -218,8 +220,6 @@ def final_state(
     Succeeded steps write their output; failed and timed-out steps get a ``steps.<id>`` entry
     with their status, as the steps after them saw it.
     """
-    from airflow_provider_agentloom.workflow.state import rebuild_state
-
     return rebuild_state(
         base,
         (

@@ -76,7 +76,7 @@ class RouteDecision:
 
     target: str
     matched_index: int | None
-    values: list[tuple[str, Any]] = field(default_factory=list)
+    values: list[tuple[str, object]] = field(default_factory=list)
 
     @property
     def used_default(self) -> bool:
@@ -84,12 +84,12 @@ class RouteDecision:
         return self.matched_index is None
 
 
-def describe_values(values: list[tuple[str, Any]]) -> str:
+def describe_values(values: list[tuple[str, object]]) -> str:
     """``"state.x == 1" -> False; "state.y" -> None``: the evaluated conditions, for messages and logs."""
     return "; ".join(f"{_quoted(text)} -> {shown_value(value)}" for text, value in values)
 
 
-def shown_value(value: Any) -> str:
+def shown_value(value: object) -> str:
     """A condition's value, shortened, for messages, logs, the UI and the step metadata: a long
     string, list or mapping is cut, a long int shows its length and head (:func:`shown_int`)."""
     return _shown_value.repr(value)
@@ -109,7 +109,7 @@ def choose_route(
     when nothing matched and there is no ``default``, and an :class:`ExpressionError` naming the
     router and the expression when one is refused or fails while evaluated. Neither is retryable.
     """
-    values: list[tuple[str, Any]] = []
+    values: list[tuple[str, object]] = []
     for index, condition in enumerate(step.conditions):
         where = f"router {step.id!r}, conditions[{index}]"
         try:

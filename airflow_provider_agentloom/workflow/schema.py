@@ -119,7 +119,7 @@ def _attribute_docstrings(cls: type) -> dict[str, str]:
     return found
 
 
-def _tidy(node: Any) -> None:
+def _tidy(node: object) -> None:
     """Markdown quotes in descriptions (``x`` → `x`); no property titles (pydantic's "Depends On")."""
     if isinstance(node, list):
         for item in node:

@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import StepError, closest
-from airflow_provider_agentloom.workflow.graph import StepGraph
+from airflow_provider_agentloom.workflow.graph import StepGraph, output_key
 from airflow_provider_agentloom.workflow.templates import parse_path
 
 if TYPE_CHECKING:
@@ -131,7 +131,6 @@ def state_sources(graph: StepGraph, step_id: str) -> tuple[str, ...]:
     ancestors = graph.ancestors[step_id]
     if reads.whole_state:
         return ancestors
-    from airflow_provider_agentloom.workflow.graph import output_key
 
     return tuple(
         sid for sid in ancestors if sid in reads.step_ids or output_key(graph.steps[sid]) in reads.state_keys
@@ -168,8 +167,6 @@ def assemble_state(
 
     :param read: ``read(source)`` gives the source's ``(status, output)`` or None.
     """
-    from airflow_provider_agentloom.workflow.graph import output_key
-
     reads = graph.reads[step_id]
     every = reads.whole_state or STEPS_KEY in reads.state_keys
     overwritten: set[str] = set()
@@ -213,7 +210,7 @@ def iso_date(value: date) -> str:
     return value.isoformat()
 
 
-def _shown(key: Any) -> str:
+def _shown(key: object) -> str:
     return iso_date(key) if isinstance(key, date) else repr(key)
 
 

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_provider_agentloom.exceptions import StepError
 
 
-def storable_output(value: Any, step_id: str, log: Any = None) -> Any:
+class WarningLog(Protocol):
+    """Where a converted output is told: a task's logger, or the standard library's."""
+
+    def warning(self, msg: str, /, *args: object) -> object: ...
+
+
+def storable_output(value: Any, step_id: str, log: WarningLog | None = None) -> Any:
     """Return a step's output as the JSON data XCom stores and gives back unchanged.
 
     What Python's ``json`` module writes is accepted, converted the way it converts: a tuple
@@ -63,7 +69,7 @@ class _UnstorableError(Exception):
         self.where, self.problem = where, problem
 
 
-def _type_problem(value: Any) -> str:
+def _type_problem(value: object) -> str:
     kind = type(value)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     hint = _HINTS.get(kind.__name__, "")
@@ -133,7 +139,7 @@ def _dict_to_json(
     return output
 
 
-def _json_key(key: Any, where: str) -> str:
+def _json_key(key: object, where: str) -> str:
     if isinstance(key, str):
         return str.__str__(key)
     if key is None or isinstance(key, bool):

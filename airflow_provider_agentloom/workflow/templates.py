@@ -112,7 +112,7 @@ def _is_index(part: str) -> bool:
     return digits.isdecimal() and len(digits) <= _MAX_INDEX_DIGITS
 
 
-def to_text(value: Any) -> str:
+def to_text(value: object) -> str:
     """Render a value inside a string: containers as JSON, everything else with ``str()``."""
     if isinstance(value, str):
         return value
@@ -345,7 +345,7 @@ def _render(
     return "".join(out)
 
 
-def _formatted(value: Any, spec: str, shown: str) -> str:
+def _formatted(value: object, spec: str, shown: str) -> str:
     """``format(value, spec)``, after refusing a width or precision that would build a huge string."""
     problem = format_spec_problem(spec)
     if problem is not None:

@@ -122,7 +122,7 @@ def test_a_fresh_process_reads_unchanged_workflows_from_the_parse_cache(
     read = count_reads(monkeypatch)
     fresh_parse(folder, read)
     assert sorted(read) == ["broken.yaml", "first.yaml", "second.yml"]
-    assert len(list(cache.glob("*/*.pickle"))) == 2  # the valid ones
+    assert len(list(cache.glob("*/*.json"))) == 2  # the valid ones
 
     bag = fresh_parse(folder, read)
     assert read == ["broken.yaml"]  # a broken file is read each time: its message stays fresh

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
+import pickle  # noqa: TID251  (the test plants a pickle to prove the cache never loads one)
 import time
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_agentloom.workflow import parse_cache
 from airflow_provider_agentloom.workflow.limits import DEFAULT_LIMITS
+from airflow_provider_agentloom.workflow.models import StepType
 from airflow_provider_agentloom.workflow.parse_cache import ParseCache
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
@@ -172,3 +176,88 @@ def test_the_fingerprint_follows_the_workflow_sources(
         assert parse_cache.code_fingerprint() != before
     finally:
         parse_cache.code_fingerprint.cache_clear()
+
+
+RICH = """name: rich
+state: {day: 2024-05-01, at: 2024-05-01T10:00:00Z, "$model": Workflow, nested: {"$dict": [1, 2.5, null]}}
+config:
+  airflow: {schedule: {hours: 1}, start_date: 2024-01-01, end_date: 2025-01-01T00:00:00}
+steps:
+  - {id: ask, type: llm_call, model: mock, prompt: "hi {state.day}", output: answer}
+  - id: route
+    type: router
+    depends_on: [ask]
+    conditions: [{expression: "state.answer == 'x'", target: inline}]
+    default: inline
+  - id: inline
+    type: subworkflow
+    depends_on: [route]
+    workflow_inline: {name: inner, steps: [{id: deep, type: tool, tool_name: shell_command, tool_args: {command: echo}}]}
+"""
+
+
+def test_an_entry_is_json_that_reads_back_the_same_models_types_dates_and_parser_state(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rich.yaml"
+    path.write_text(RICH)
+    original = load_workflow(path, limits=DEFAULT_LIMITS)
+    cache = ParseCache(tmp_path / "cache")
+    cache.put(str(path), DEFAULT_LIMITS, original)
+    (entry,) = cache.folder.glob("*.json")
+    key, body = (json.loads(line) for line in entry.read_text().splitlines())  # two JSON documents
+    assert key["path"] == str(path)
+    assert body["$model"] == "Workflow"
+
+    again = ParseCache(tmp_path / "cache").get(str(path), DEFAULT_LIMITS)
+    assert again is not None
+    assert again.__dict__ == original.__dict__  # every field, nested models with their private attributes
+    derived = {"_source_map"}  # made again from the source text on first use
+    assert {k: v for k, v in again.__pydantic_private__.items() if k not in derived} == {
+        k: v for k, v in original.__pydantic_private__.items() if k not in derived
+    }
+    assert again.model_fields_set == original.model_fields_set
+    assert again.state == {
+        "day": "2024-05-01",
+        "at": "2024-05-01T10:00:00+00:00",
+        "$model": "Workflow",
+        "nested": {"$dict": [1, 2.5, None]},
+    }
+    assert again.state_formats == original.state_formats == {"day": "date", "at": "date-time"}
+    airflow = again.config.airflow
+    assert type(airflow.start_date) is date
+    assert type(airflow.end_date) is datetime
+    assert [type(step) for step in again.steps] == [type(step) for step in original.steps]
+    assert [step.type for step in again.steps] == [StepType.LLM_CALL, StepType.ROUTER, StepType.SUBWORKFLOW]
+    assert all(type(step.type) is StepType for step in again.steps)
+    assert again._graph is not None
+    assert original._graph is not None
+    assert again._graph.steps["ask"] is again.steps[0]  # the graph holds the workflow's own steps
+    assert dataclasses.replace(again._graph, steps={}) == dataclasses.replace(original._graph, steps={})
+    assert again.steps[2].child.steps[0].id == "deep"  # type: ignore[union-attr]
+
+
+class _Planted:
+    """A pickle payload: loading it creates ``marker`` (what any code in a pickle could do)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.mkdir, (str(self.marker),))
+
+
+def test_a_planted_pickle_in_the_cache_folder_is_never_unpickled(tmp_path: Path, files: Path) -> None:
+    cache = cached(tmp_path, files)
+    (entry,) = cache.folder.glob("*.json")
+    marker = tmp_path / "ran"
+    payload = pickle.dumps(_Planted(marker))
+    entry.write_bytes(payload)  # owner-only, in the private folder: it passes every ownership check
+    (cache.folder / (entry.stem + ".pickle")).write_bytes(payload)  # and where the old format kept it
+
+    assert ParseCache(tmp_path / "cache").get(str(files), DEFAULT_LIMITS) is None  # a miss
+    assert not marker.exists()
+
+    with open(entry, "rb") as handle:  # the control: unpickling that very file runs its code
+        pickle.load(handle)
+    assert marker.is_dir()

@@ -18,7 +18,8 @@ __all__ = ["SandboxViolationError", "ToolSandbox"]
 
 def __getattr__(name: str) -> object:
     # Lazy: the parts (paths, hosts, safe_open) are imported alone by the network client and the
-    # Airflow plugin, which must not pay for the policy (and its DNS and kernel helpers) they never use.
+    # Airflow plugin, which must not pay for the policy (and its DNS and kernel helpers) they never use:
+    # 1.7-9 ms (python -X importtime, policy's cumulative time, bytecode cached, on a loaded 2-core box).
     if name == "ToolSandbox":
         from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
 

@@ -11,15 +11,15 @@ import functools
 import logging
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from airflow_provider_agentloom._os import linux as ll
 from airflow_provider_agentloom.exceptions import KernelSandboxError
 
 if TYPE_CHECKING:
-    from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
+    from airflow_provider_agentloom.workflow.models import SandboxConfig
 
 log = logging.getLogger("airflow_provider_agentloom.tools.sandbox.policy")
 
@@ -28,6 +28,28 @@ MODES: tuple[KernelSandboxMode, ...] = ("auto", "required", "off")
 ENVIRONMENT_VARIABLE = "AGENTLOOM_KERNEL_SANDBOX"
 
 READ = ll.FS_READ_FILE | ll.FS_READ_DIR
+
+
+class PlannedSandbox(Protocol):
+    """What the plan reads of a sandbox (``policy.ToolSandbox``'s lists): named here, not imported,
+    so the policy can import this module and this module never imports the policy."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def kernel_sandbox(self) -> KernelSandboxMode: ...
+
+    @property
+    def config(self) -> SandboxConfig: ...
+
+    @property
+    def readable_dirs(self) -> Sequence[str]: ...
+
+    @property
+    def writable_dirs(self) -> Sequence[str]: ...
+
+
 EXECUTE = READ | ll.FS_EXECUTE
 WRITE = (
     ll.FS_WRITE_FILE
@@ -99,7 +121,7 @@ class KernelPlan:
     rules: tuple[tuple[str, int], ...] = field(default=(), repr=False)
 
 
-def plan_for(sandbox: ToolSandbox, env: Mapping[str, str]) -> KernelPlan | None:
+def plan_for(sandbox: PlannedSandbox, env: Mapping[str, str]) -> KernelPlan | None:
     """Return the kernel layer of a command under ``sandbox``, or None (disabled, or ``off``).
 
     Under ``required`` a kernel without Landlock raises ``KernelSandboxError`` before anything runs;
@@ -166,7 +188,7 @@ def _scoped(abi: int, netns: bool) -> int:
     return scoped
 
 
-def _rules(sandbox: ToolSandbox, path_variable: str) -> Iterable[tuple[str, int]]:
+def _rules(sandbox: PlannedSandbox, path_variable: str) -> Iterable[tuple[str, int]]:
     for directory in SYSTEM_DIRECTORIES:
         yield directory, EXECUTE
     for program_dir in _program_directories(sandbox, path_variable):
@@ -191,7 +213,7 @@ def _rules(sandbox: ToolSandbox, path_variable: str) -> Iterable[tuple[str, int]
         yield directory, WRITE
 
 
-def _program_directories(sandbox: ToolSandbox, path_variable: str) -> list[str]:
+def _program_directories(sandbox: PlannedSandbox, path_variable: str) -> list[str]:
     """PATH's absolute directories (and where their links lead), and where each allowed program is."""
     found: list[str] = []
     for entry in path_variable.split(os.pathsep):
