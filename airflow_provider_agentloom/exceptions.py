@@ -17,8 +17,25 @@
      │         └── NoRouteError       a router matched no condition and has no default (fails at once)
      ├── LLMError                     a model call failed
      │    └── LLMHTTPError            the vendor answered with an HTTP error status
+     │    └── (llm.errors)            NoProviderError, CircuitOpenError, AllProvidersFailedError,
+     │                                ProviderResponseError, UnsupportedInputError, ReplyTooLargeError,
+     │                                FixtureError, and llm.base.StreamError (a vendor's mid-stream error)
      ├── BudgetExceededError          the run spent its ``config.budget_usd``
-     └── PrivateHomeError             a home of ``run``/``serve`` is another user's, or cannot be made
+     ├── PrivateHomeError             a home of ``run``/``serve`` is another user's, or cannot be made
+     ├── RunError                     the local runner, the warm runner or ``serve`` failed (not a step)
+     │                                runner: HomeConflictError, ApiServerError, RunNotResumable,
+     │                                GateAnswerError; runner.warm: ProtocolError, RunnerUnavailable
+     │                                (RunnerNotTrusted), RunnerBusy, Unshippable; serve: ServeError,
+     │                                ServeUsageError
+     ├── UsageError                   (cli.errors) a bad ``agentloom`` command line: exit 2
+     └── internal refusals            workflow.graph.GraphError, tools.net.FetchError,
+                                      tools.sandbox: HostError, PathEscapeError
+
+Classes that callers caught by a built-in base keep it beside this one (``HostError`` is still a
+``ValueError``; ``ProtocolError``, ``RunnerUnavailable``, ``HomeConflictError`` and
+``ApiServerError`` are still ``RuntimeError``s). ``runner.RunInterrupted`` stays outside on purpose:
+it is a ``KeyboardInterrupt`` (Ctrl-C or kill), which ``except Exception`` must not catch.
+``tests/test_error_tree.py`` walks every module and fails on a public exception class outside.
 
 Every error carries ``retryable``; ``operators.base`` is the one place that turns a
 non-retryable error into ``AirflowFailException``. Constructor arguments are kept so errors
@@ -213,6 +230,16 @@ class PrivateHomeError(AgentLoomError):
     """Raised when a home of ``agentloom run`` or ``serve`` belongs to another user, or cannot be made.
 
     The home holds every run's input, logs and secrets: it is never used then.
+    """
+
+    retryable = False
+
+
+class RunError(AgentLoomError):
+    """Raised when the machinery around a run fails: the local runner, the warm runner, or ``serve``.
+
+    Not a step's failure (that is a :class:`StepError` inside the run): the run could not be
+    driven, resumed or served. Not retried by Airflow: it is raised outside any task.
     """
 
     retryable = False

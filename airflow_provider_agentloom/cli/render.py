@@ -10,7 +10,13 @@ from typing import Any, TextIO
 from airflow_provider_agentloom.exceptions import ValidationIssue
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.lint import Finding
-from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep, SubworkflowStep, Workflow
+from airflow_provider_agentloom.workflow.models import (
+    AgentStep,
+    LLMCallStep,
+    SubworkflowStep,
+    Workflow,
+    schedule_text,
+)
 from airflow_provider_agentloom.workflow.redaction import marker, redact_state, redacted_key_patterns
 from airflow_provider_agentloom.workflow.results import RunResult, StepResult, StepStatus
 from airflow_provider_agentloom.workflow.state import write_output
@@ -122,8 +128,6 @@ def validation_report(
         file=out,
     )
     if dag is not None:
-        from airflow_provider_agentloom.workflow.models import schedule_text
-
         schedule = schedule_text(config.airflow.schedule)
         print(f"    DAG {dag.dag_id!r}: {_count(len(dag.task_dict), 'task')}, schedule {schedule}", file=out)
     for index, ids in enumerate(layers):

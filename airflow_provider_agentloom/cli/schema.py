@@ -5,28 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+
+from airflow_provider_agentloom.workflow.schema import schema_text
 
 
-def add_command(commands: Any) -> None:
-    """Register ``schema`` on the ``agentloom`` sub-command parser."""
-    schema = commands.add_parser(
-        "schema",
-        help="print the JSON Schema of workflow files (for editors: # yaml-language-server: $schema=...)",
-    )
-    schema.add_argument(
-        "--output",
-        "-o",
-        metavar="FILE",
-        help="write it to FILE instead of stdout (the packaged file: "
-        "airflow_provider_agentloom/schema/workflow.schema.json)",
-    )
-    schema.set_defaults(handler=_schema)
-
-
-def _schema(args: argparse.Namespace) -> int:
-    from airflow_provider_agentloom.workflow.schema import schema_text
-
+def schema(args: argparse.Namespace) -> int:
+    """The schema on stdout, or in ``--output FILE``."""
     text = schema_text()
     if args.output is None:
         sys.stdout.write(text)

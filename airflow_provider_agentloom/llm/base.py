@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from airflow_provider_agentloom.exceptions import LLMError
 from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
 
 __all__ = [
@@ -121,12 +122,15 @@ class StreamDelta:
     progressed: bool = False
 
 
-class StreamError(Exception):
+class StreamError(LLMError):
     """Raised by an accumulator when the stream itself reports an error (mapped to ``LLMHTTPError``)."""
 
     def __init__(self, message: str, status: int = 500) -> None:
         super().__init__(message)
         self.status = status
+
+    def __reduce__(self) -> tuple[type[StreamError], tuple[str, int]]:
+        return (type(self), (str(self), self.status))
 
 
 class StreamAccumulator(ABC):

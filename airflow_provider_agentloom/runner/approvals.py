@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from airflow_provider_agentloom.exceptions import RunError
+
 log = logging.getLogger(__name__)
 
 APPROVE, REJECT = "Approve", "Reject"
 
 
-class GateAnswerError(Exception):
+class GateAnswerError(RunError):
     """Raised when a gate cannot take an answer (not waiting, already answered)."""
 
 

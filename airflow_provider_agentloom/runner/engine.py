@@ -33,6 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_agentloom.exceptions import RunError
 from airflow_provider_agentloom.plan.scope import Scope
 from airflow_provider_agentloom.runner.db_writes import DatabaseWrites
 from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
@@ -411,7 +412,7 @@ class DagRunDriver:
             log.exception("Could not mark run %s failed", self.run_id)
 
 
-class RunNotResumable(Exception):
+class RunNotResumable(RunError):
     """Raised when ``resume`` names a run that is not paused in this home."""
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.exceptions import RunError
 from airflow_provider_agentloom.runner.private import (
     FILE_MODE,
     FOLDER_MODE,
@@ -42,7 +43,7 @@ serve_current_dag(globals())
 '''
 
 
-class HomeConflictError(RuntimeError):
+class HomeConflictError(RunError, RuntimeError):
     """Raised when Airflow is already configured in this process with another metadata database."""
 
 

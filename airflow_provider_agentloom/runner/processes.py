@@ -44,6 +44,7 @@ from typing import Any
 
 from airflow_provider_agentloom._os import linux as _linux
 from airflow_provider_agentloom._os.proctree import kill_own_tree, kill_tree
+from airflow_provider_agentloom.exceptions import RunError
 from airflow_provider_agentloom.runner.private import FILE_MODE, PRIVATE_UMASK
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ _READY = b"r"
 _REASON_LIMIT = 2000
 
 
-class ApiServerError(RuntimeError):
+class ApiServerError(RunError, RuntimeError):
     """Raised when the Execution API server ends, or is not ready in time."""
 
 

@@ -22,7 +22,9 @@ from importlib.metadata import version
 from pathlib import Path
 from types import FrameType
 
+from airflow_provider_agentloom.runner.home import default_home
 from airflow_provider_agentloom.runner.private import make_private_dirs, write_atomically
+from airflow_provider_agentloom.runner.warm import client, protocol
 from airflow_provider_agentloom.serve import prepare
 from airflow_provider_agentloom.serve.prepare import ServeError, ServeHome, ServeUsageError
 from airflow_provider_agentloom.serve.stack import COMPONENTS, Stack, tail
@@ -71,8 +73,6 @@ def _say(text: str) -> None:
 
 def serve(options: ServeOptions, cwd: Path) -> int:
     """Serve until stopped; return the exit code (0 after a clean stop, 1 when a component died)."""
-    from airflow_provider_agentloom.runner.home import default_home
-
     started = time.monotonic()
     dags = prepare.dags_folder(options.dags_folder, cwd)
     port = prepare.port_number(options.port)
@@ -117,8 +117,6 @@ def serve(options: ServeOptions, cwd: Path) -> int:
             return _watch(stack, signals, started, "\n".join(lines), tail_of)
         finally:
             if runner_started:
-                from airflow_provider_agentloom.runner.warm import client
-
                 client.stop(runner_home, wait=STOP_GRACE_SECONDS)
     except BaseException:
         stack.stop(0, lambda: True)
@@ -132,8 +130,6 @@ def _keep_runner_warm(runner_home: Path) -> bool | None:
     True when serve started it (and stops it at the end), False when one already ran, None when
     ``AGENTLOOM_NO_DAEMON`` is set or it could not start (``agentloom run`` then starts its own).
     """
-    from airflow_provider_agentloom.runner.warm import client, protocol
-
     if protocol.daemon_disabled():
         return None
     try:

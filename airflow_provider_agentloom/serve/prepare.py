@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from airflow_provider_agentloom.exceptions import PrivateHomeError
+from airflow_provider_agentloom.exceptions import PrivateHomeError, RunError
 from airflow_provider_agentloom.runner.home import EmbeddedHome, jwt_secret, private_log_settings
 from airflow_provider_agentloom.runner.private import ensure_private_home, open_private, write_atomically
 from airflow_provider_agentloom.serve.watchdog import MARKER_VARIABLE
@@ -45,11 +45,11 @@ _DB_FILE_BYTES = 65536
 _EXPECTED_URL = "expected a PostgreSQL URL like postgresql://USER@HOST[:PORT]/DATABASE"
 
 
-class ServeUsageError(Exception):
+class ServeUsageError(RunError):
     """A bad argument of ``agentloom serve`` (exit 2)."""
 
 
-class ServeError(Exception):
+class ServeError(RunError):
     """Serve cannot start or keep running (exit 1): a busy port, a busy home, a component that died."""
 
 

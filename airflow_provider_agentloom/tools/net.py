@@ -41,7 +41,7 @@ import anyio.to_thread
 import httpcore
 import httpx
 
-from airflow_provider_agentloom.exceptions import SandboxViolationError
+from airflow_provider_agentloom.exceptions import AgentLoomError, SandboxViolationError
 from airflow_provider_agentloom.tools.sandbox.hosts import (
     HostError,
     NetworkTarget,
@@ -303,7 +303,7 @@ def size_limit(max_bytes: int) -> str:
     return f"{max_bytes} byte"
 
 
-class FetchError(Exception):
+class FetchError(AgentLoomError):
     """A download that failed for a reason other than a sandbox refusal; the message says why."""
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from airflow_provider_agentloom.exceptions import closest
+from airflow_provider_agentloom.exceptions import AgentLoomError, closest
 from airflow_provider_agentloom.workflow.expressions import compile_expression
 from airflow_provider_agentloom.workflow.models import (
     RouterStep,
@@ -32,12 +32,15 @@ class GraphIssue:
     suggestion: str | None = None
 
 
-class GraphError(Exception):
+class GraphError(AgentLoomError):
     """Raised by :func:`build_graph` with every issue it found."""
 
     def __init__(self, issues: list[GraphIssue]) -> None:
         super().__init__("; ".join(issue.message for issue in issues))
         self.issues = issues
+
+    def __reduce__(self) -> tuple[type[GraphError], tuple[list[GraphIssue]]]:
+        return (type(self), (self.issues,))
 
 
 @dataclass(frozen=True)

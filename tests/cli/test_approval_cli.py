@@ -108,7 +108,8 @@ def test_paused_then_runs_then_resume_with_reject(setup: dict[str, Any], tmp_pat
 
 
 def test_unknown_gate_flag_is_a_usage_error(setup: dict[str, Any]) -> None:
-    from airflow_provider_agentloom.cli import UsageError, _gate_answers
+    from airflow_provider_agentloom.cli.errors import UsageError
+    from airflow_provider_agentloom.cli.run import _gate_answers
     from airflow_provider_agentloom.workflow.parser import parse_workflow_text
 
     workflow = parse_workflow_text(WORKFLOW)

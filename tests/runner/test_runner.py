@@ -137,7 +137,8 @@ def test_engine_without_registry_fails_tool_steps(workdir: Path) -> None:
 
 @pytest.mark.parametrize("value", ["7"])
 def test_state_overrides_are_typed(workdir: Path, value: str) -> None:
-    from airflow_provider_agentloom.cli import UsageError, parse_state_overrides
+    from airflow_provider_agentloom.cli.errors import UsageError
+    from airflow_provider_agentloom.cli.run import parse_state_overrides
 
     pairs = [f"n={value}", "s=text", "new=1"]
     assert parse_state_overrides(pairs, {"n": 1, "s": "a"}, allow_extra=True) == {

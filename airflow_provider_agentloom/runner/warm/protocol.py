@@ -1,6 +1,6 @@
 """What the warm runner and its clients share: the socket, the fingerprint, the messages.
 
-Standard library only: the client side must start in milliseconds, without Airflow.
+Standard library and the error tree only: the client side must start in milliseconds, without Airflow.
 
 - **Address.** A socket file, ``<home>/runner/runner.sock``, in a folder that is this user's
   alone: made ``0700``, and checked before each use to belong to this uid and to let nobody else
@@ -37,6 +37,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.exceptions import RunError
+
 PROTOCOL = 2  # 2: a socket file in the private runner folder, JSON-only calls
 _HEADER = struct.Struct("!I")
 _MAX_MESSAGE = 16 * 1024 * 1024
@@ -53,11 +55,11 @@ def daemon_disabled() -> bool:
     return os.environ.get(NO_DAEMON_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(RunError, RuntimeError):
     """Raised when the other side closed the connection or sent something unreadable."""
 
 
-class RunnerUnavailable(RuntimeError):
+class RunnerUnavailable(RunError, RuntimeError):
     """Raised when the home's runner cannot be started or ended before answering."""
 
 

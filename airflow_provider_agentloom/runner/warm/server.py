@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_agentloom.exceptions import RunError
 from airflow_provider_agentloom.runner.warm import protocol
 
 
@@ -54,7 +55,7 @@ _WHAT_RUNS = {"package": str(Path(__file__).resolve().parents[2]), "python": sys
 """Told to a client of another version, so that it can name both copies of the package."""
 
 
-class RunnerBusy(Exception):
+class RunnerBusy(RunError):
     """Raised at start-up when another runner already serves the home."""
 
 
@@ -153,7 +154,7 @@ class WarmRunner:
 
         migrate_once(embedded)
         warm_task_path()
-        import airflow_provider_agentloom.cli
+        import airflow_provider_agentloom.cli.run
         import airflow_provider_agentloom.dag.build
         import airflow_provider_agentloom.runner.engine  # noqa: F401
 

@@ -33,6 +33,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_agentloom.exceptions import RunError
+
 if TYPE_CHECKING:
     from airflow_provider_agentloom.tools.base import BaseTool
     from airflow_provider_agentloom.workflow.models import Workflow
@@ -42,7 +44,7 @@ _PLAIN_ARGUMENTS = ("state", "home", "working_dir", "answers", "resume_run_id", 
 _OUR_PACKAGE = "airflow_provider_agentloom"
 
 
-class Unshippable(Exception):
+class Unshippable(RunError):
     """Raised when a call cannot be written as JSON for the warm runner (the reason is the message)."""
 
 

@@ -13,6 +13,8 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from airflow_provider_agentloom.exceptions import AgentLoomError
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 #: Resolve ``(host, port)`` to IP address strings; raises ``OSError`` when the host does not resolve.
@@ -29,7 +31,7 @@ _HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 _LOCALHOST_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 
 
-class HostError(ValueError):
+class HostError(AgentLoomError, ValueError):
     """Raised when a URL or its host cannot be read."""
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from airflow_provider_agentloom._os import linux as _linux
+from airflow_provider_agentloom.exceptions import AgentLoomError
 from airflow_provider_agentloom.tools.sandbox.paths import is_under
 
 _BENEATH = _linux.RESOLVE_BENEATH | _linux.RESOLVE_NO_MAGICLINKS
@@ -32,7 +33,7 @@ _MAX_LINKS = 40  # as the kernel's own limit
 _RETRIES = 8  # openat2 answers EAGAIN when a rename raced a ".." lookup
 
 
-class PathEscapeError(Exception):
+class PathEscapeError(AgentLoomError):
     """Raised when opening a path beneath a directory would leave that directory."""
 
 
