@@ -6,7 +6,7 @@
 # The official image already ships the PostgreSQL, Redis and Celery providers the compose file needs.
 # apache-airflow is pinned in the same pip command, so pip cannot swap the image's Airflow version
 # (https://airflow.apache.org/docs/docker-stack/build.html). Keep AIRFLOW_VERSION equal to the
-# apache-airflow pin in constraints.txt (tests/test_compose_file.py checks it).
+# apache-airflow pin in constraints.txt (tests/repo/test_compose_file.py checks it).
 ARG AIRFLOW_VERSION=3.3.2
 FROM apache/airflow:${AIRFLOW_VERSION}
 ARG AIRFLOW_VERSION

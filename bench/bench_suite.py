@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one small test file only (smoke run)")
     args = parser.parse_args()
     # The smoke run is one file: without the two workers (-n 0), whose start-up would dominate it.
-    selection = ["-n", "0", "tests/test_bench_run_all.py"] if args.quick else []
+    selection = ["-n", "0", "tests/repo/test_bench_run_all.py"] if args.quick else []
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=20", *selection]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)

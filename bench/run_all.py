@@ -58,6 +58,7 @@ BENCHES = [
     Bench("sandbox", "bench_sandbox.py", None),
     Bench("kernel_sandbox", "bench_kernel_sandbox.py", None),
     Bench("gateway", "bench_gateway.py", None),
+    Bench("deadlines", "bench_deadlines.py", None),
 ]
 
 GOALS = {

@@ -98,6 +98,19 @@ class GateResponder(threading.Thread):
             )
 
 
+def response_recorded(ti: Any) -> bool:
+    """Whether the gate ``ti`` (a task instance of a ``dag.test()`` run) has its answer stored."""
+    from airflow.utils.session import create_session
+
+    from airflow_provider_agentloom.runner.approvals import gate_instance
+
+    with create_session() as session:
+        stored = gate_instance(
+            session, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index
+        )
+        return stored is not None and stored.hitl_detail is not None and stored.hitl_detail.response_received
+
+
 def _resume_answered(session: Any, gate: Any) -> bool:
     """Submit the recorded answer (or timeout default) of a gate ``dag.test()`` parked again.
 

@@ -56,7 +56,7 @@ if str(TESTS) not in sys.path:
 
 from cli_support import is_outside_setting  # noqa: E402
 from process_support import kill_marked, new_marker  # noqa: E402
-from shared_paths import EXAMPLES  # noqa: E402
+from shared_paths import EXAMPLES, require_shared  # noqa: E402
 
 # Fixed places the suite cannot move: the corpus examples name absolute paths (13:
 # /tmp/agentloom-demo, 17 and 18: /tmp/agentloom), which is also the default working directory of a
@@ -86,7 +86,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # Under pytest-xdist, the tests that share one of these run on one worker, one group after another
 # (``pytest_xdist_make_scheduler``): the live-stack modules run one Airflow stack at a time
 # (``e2e/conftest.py``), and the example table's last test renders the rows run before it.
-_ONE_WORKER_GROUPS = {"tests/e2e/": "live-stack", "tests/test_examples_mock.py": "examples-table"}
+_ONE_WORKER_GROUPS = {"tests/e2e/": "live-stack", "tests/cli/test_examples_mock.py": "examples-table"}
 
 
 def xdist_scope(nodeid: str) -> str:
@@ -163,9 +163,7 @@ def _network_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def examples_dir() -> Path:
-    if not EXAMPLES.is_dir():
-        pytest.skip(f"the upstream examples are not at {EXAMPLES} (set AGENTLOOM_EXAMPLES_DIR)")
-    return EXAMPLES
+    return require_shared(EXAMPLES)
 
 
 @pytest.fixture

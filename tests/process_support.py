@@ -85,6 +85,19 @@ def wait_for_count(marker: str, count: int, seconds: float = 30) -> list[int]:
     return found
 
 
+# A task blocked in read(2) on an empty pipe sleeps in this kernel function (its name by kernel version).
+_PIPE_READ_WAITS = {"pipe_wait", "pipe_read", "anon_pipe_read"}
+
+
+def waits_on_a_pipe(pid: int) -> bool:
+    """Whether ``pid`` is asleep reading a pipe (its wait channel), as a child waiting for its stdin is."""
+    try:
+        with open(f"/proc/{pid}/wchan", encoding="ascii") as file:
+            return file.read().strip() in _PIPE_READ_WAITS
+    except OSError:
+        return False
+
+
 def described(pid: int) -> str:
     """``pid``, its state, parent, wait channel and command line (what a failure needs to be understood)."""
     try:

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from tests.cli_support import CHECKOUT, cli_env
-from tests.docs.samples import RUN_ID, Page, normalize, pages
+from cli_support import CHECKOUT, cli_env
+from samples import RUN_ID, Page, normalize, pages
 
 PAGES = [page for page in pages() if page.count()]
 CWD = {"tutorial/examples.md": "examples"}

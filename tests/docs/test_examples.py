@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.cli_support import CHECKOUT, cli_env, run_cli
+from cli_support import CHECKOUT, cli_env, run_cli
 
 EXAMPLES = CHECKOUT / "examples"
 

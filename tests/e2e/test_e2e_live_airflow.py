@@ -314,8 +314,13 @@ def test_router_subworkflow_and_approval_gate_answered_through_the_rest_api(stac
         assert detail["subject"] == f"Approve step 'approve' of workflow '{CONTROL_DAG}'?"
         assert "checked 500" in (detail["body"] or "")  # the body shows what is approved
         stack.timings[f"{run_id}: trigger to awaiting_input (wall)"] = time.monotonic() - started
-        # Answering the instant the task parks can race its own state write (airflow-handson 2d).
-        time.sleep(3)
+        # Answering the instant the task parks can race its own state write (airflow-handson 2d):
+        # resuming a task whose parking workload has not reported yet fails it. Wait for that report.
+        wait_for(
+            "the scheduler to receive the parked gate's executor event",
+            lambda: stack.workload_reported(CONTROL_DAG, run_id, "approve"),
+            timeout=60,
+        )
         stack.answer_hitl(CONTROL_DAG, run_id, "approve", ["Approve"])
 
         run = stack.wait_run(CONTROL_DAG, run_id, timeout=150)

@@ -11,7 +11,7 @@ One real serve on PostgreSQL, with a role of its own whose password is a canary,
   the task log, nor the component logs, nor the login or the JWT secret (control: world-readable
   files beside them are read); no file of the home holds the password.
 
-The refusal of a password in ``--db``: ``tests/test_serve_prepare.py``. SQLite: ``test_serve.py``.
+The refusal of a password in ``--db``: ``tests/serve/test_prepare.py``. SQLite: ``test_serve.py``.
 """
 
 from __future__ import annotations

@@ -7,29 +7,21 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cli_support import CLI, cli_env
 from process_support import kill_marked, left_behind, new_marker
+from wait_support import wait_until
 
 from airflow_provider_agentloom.runner.warm import client
 
 MARKER_VARIABLE = "AGENTLOOM_TEST_MARKER"
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+# The hardening tests' name for the suite's polling helper.
+wait_for = wait_until
 
 
 def stop_and_check_nothing_left(home: Path, marker: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import anyio
@@ -95,15 +94,12 @@ def test_a_signal_stops_the_run_kills_every_step_tree_and_fails_the_run(
     tmp_path: Path, send: str, signal_name: str, exit_code: int
 ) -> None:
     with _start(tmp_path, tmp_path / "home") as cli:
-        sent = time.monotonic()
         if send == "ctrl_c":
             cli.ctrl_c()
         else:
             cli.process.terminate()  # what `kill PID` does
         assert cli.finish(timeout=30) == exit_code, cli.stderr[-3000:]
-        stopped_in = time.monotonic() - sent
         _nothing_left(cli.marker)
-    assert stopped_in < 5, stopped_in
     document = cli.document()
     assert document["status"] == "failed"
     assert document["error"] == f"Run interrupted by {signal_name}"
@@ -192,19 +188,15 @@ def test_cancelling_workflow_engine_run_stops_the_run_and_marks_it_failed(workdi
     workflow = WorkflowParser.from_yaml("name: engine-cancelled\nsteps:\n" + _sleeper(marker))
     registry = ToolRegistry()
     register_builtins(registry, base_dir=str(workdir))
-    cancelled_after: list[float] = []
 
     async def main() -> None:
         async with anyio.create_task_group() as group:
             group.start_soon(WorkflowEngine(workflow=workflow, tool_registry=registry).run)
             while not (workdir / "sleeper.started").exists():
                 await anyio.sleep(0.05)
-            started = time.monotonic()
             group.cancel_scope.cancel()
-        cancelled_after.append(time.monotonic() - started)
 
-    anyio.run(main)
-    assert cancelled_after[0] < 5  # the cancellation waited for the run to stop, not to end
+    anyio.run(main)  # it returns once the run has stopped: its sleeper would hang it for 20 min
     assert not processes_with(marker)
     home = Path(os.environ["AGENTLOOM_HOME"])
     (state,) = run_states(home, "engine-cancelled").values()

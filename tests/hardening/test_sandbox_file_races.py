@@ -241,10 +241,9 @@ async def test_a_write_replaces_the_file_and_never_writes_through_a_hard_link(tr
 
 async def test_reading_a_fifo_fails_at_once(tree: RunTree) -> None:
     os.mkfifo(tree.data / "pipe")
-    started = time.monotonic()
+    # Opening it would block until a writer came: the refusal is what ends the call.
     with pytest.raises(Exception, match="is not a regular file"):
         await invoke_tool(registry(tree.sandbox()), "file_read", {"path": "data/pipe"})
-    assert time.monotonic() - started < 5
 
 
 async def test_the_pages_messages_are_kept(tree: RunTree) -> None:

@@ -12,13 +12,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import anyio
 import pytest
-from process_support import processes_with, wait_for_count, wait_for_processes
+from process_support import processes_with, wait_for_count, wait_for_processes, waits_on_a_pipe
 from sandbox_support import PYTHON_BIN, make_tree, python_command, registry
+from wait_support import wait_until
 
 from airflow_provider_agentloom._os.process import CommandResult, run_shell
 from airflow_provider_agentloom._os.reaper import cgroup_dir_for
@@ -51,14 +51,11 @@ UNSANDBOXED_FORMS = [
 
 @pytest.mark.parametrize("form", UNSANDBOXED_FORMS)
 async def test_sandbox_disabled_leaves_no_process(tmp_path: Path, marker: str, form: str) -> None:
-    started = time.monotonic()
     result = await invoke_tool(
         registry(base=tmp_path), "shell_command", {"command": form.format(marker=marker), "timeout": 60}
     )
-    elapsed = time.monotonic() - started
-    assert result["returncode"] == 0, result
+    assert result["returncode"] == 0, result  # not -1: the call did not wait for the detached process
     assert result["stdout"] == "main-done\n"  # still captured
-    assert elapsed < 10, f"the call waited {elapsed:.1f} s for a detached process"
     assert wait_for_processes(marker, present=False) == []
 
 
@@ -87,9 +84,7 @@ async def test_opted_in_launcher_leaves_no_process(
 
 async def test_timeout_kills_the_detached_processes_too(tmp_path: Path, marker: str) -> None:
     command = f"echo before; setsid -f sleep {marker}; sh -c '(sleep {marker} &)'; sleep {marker}"
-    started = time.monotonic()
     result = await invoke_tool(registry(base=tmp_path), "shell_command", {"command": command, "timeout": 1})
-    assert time.monotonic() - started < 8
     assert result == {"returncode": -1, "stdout": "before\n", "stderr": "Command timed out"}
     assert wait_for_processes(marker, present=False) == []
 
@@ -163,10 +158,8 @@ async def test_a_killed_reaper_leaves_nothing_where_it_had_a_cgroup(tmp_path: Pa
         await anyio.to_thread.run_sync(lambda: wait_for_count(marker, 2))  # the orphan and the main sleep
         reaper = reaper_of(processes_with(marker)[0])
         os.kill(reaper, signal.SIGKILL)  # the reaper cannot clean up: the task process must
-        killed = time.monotonic()
-    assert time.monotonic() - killed < 20  # not the 120 s timeout: the orphan holding the pipe died
     assert result["value"].returncode == -signal.SIGKILL
-    assert not result["value"].timed_out
+    assert not result["value"].timed_out  # not the 120 s timeout: the orphan holding the pipe died
     assert wait_for_processes(marker, present=False) == []
     assert not os.path.exists(str(cgroup_dir_for(reaper)))
 
@@ -251,7 +244,9 @@ async def test_a_reaper_started_ahead_runs_the_next_command_in_its_folder_and_en
     _process.prestart_reaper()
     spare = _process._spare
     assert spare is not None
-    time.sleep(0.3)  # it is up and waits for its spec
+    wait_until(
+        lambda: waits_on_a_pipe(spare.process.pid), 30, "the reaper started ahead to wait for its spec"
+    )
     assert spare.process.poll() is None
     env = {"PATH": os.environ["PATH"], "GREETING": "hi"}
     result = await run_shell(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from llm_support import TOOL_CALLING_FIXTURE, OTel
+from shared_paths import require_shared
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
 from airflow_provider_agentloom.llm.errors import FixtureError
@@ -129,16 +130,23 @@ async def test_malformed_entry_names_its_key(tmp_path: Path) -> None:
         await mock.complete(request(step_id="s"))
 
 
-async def test_latency_models(tmp_path: Path) -> None:
+async def test_latency_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The pauses the mock asks for, not the clock (bench/bench_deadlines.py times them).
+    pauses: list[float] = []
+    sleep = anyio.sleep
+
+    async def recorded_sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        await sleep(0)
+
+    monkeypatch.setattr(anyio, "sleep", recorded_sleep)
     fixture = write(tmp_path / "f.json", {"s": {"content": "x", "latency_ms": 120}})
     replay = MockProvider(responses_file=fixture, latency_model="replay")
-    started = time.perf_counter()
     await replay.complete(request(step_id="s"))
-    assert time.perf_counter() - started >= 0.11
+    assert pauses == [0.12]  # the entry's recorded latency
     constant = MockProvider(responses_file=fixture, latency_model="constant", latency_ms=0)
-    started = time.perf_counter()
     await constant.complete(request(step_id="s"))
-    assert time.perf_counter() - started < 0.1
+    assert pauses == [0.12]  # no pause at all
     with pytest.raises(ValueError, match="latency_model"):
         MockProvider(latency_model="gaussian")  # type: ignore[arg-type]
 
@@ -161,7 +169,7 @@ async def test_replays_are_counted_by_match(otel: OTel, tmp_path: Path) -> None:
 
 async def test_example_35_fixture_drives_the_tool_loop_with_a_failing_tool() -> None:
     """Example 35 offline: the model asks for http_request, the call is refused, the answer still comes."""
-    mock = MockProvider(responses_file=TOOL_CALLING_FIXTURE)
+    mock = MockProvider(responses_file=require_shared(TOOL_CALLING_FIXTURE))
     gateway = ProviderGateway()
     gateway.register(mock, priority=0)
     declared = [

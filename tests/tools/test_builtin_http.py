@@ -7,7 +7,6 @@ import logging
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -136,12 +135,10 @@ async def test_secret_looking_response_headers_are_left_out(server: LoopbackServ
 
 
 async def test_read_timeout(server: LoopbackServer, tmp_path: Path) -> None:
-    started = time.monotonic()
     with pytest.raises(
         ToolError, match=r"failed: ReadTimeout: a phase of GET http://127\.0\.0\.1:\d+/slow took"
     ):
         await request(registry_for(base=tmp_path), url=server.url("/slow?delay=2"), timeout=0.3)
-    assert time.monotonic() - started < 1.5
 
 
 @pytest.fixture
@@ -175,13 +172,11 @@ def silent_listener() -> Iterator[tuple[str, int]]:
 
 async def test_write_timeout(silent_listener: tuple[str, int], tmp_path: Path) -> None:
     host, port = silent_listener
-    started = time.monotonic()
     with pytest.raises(ToolError, match="Tool 'http_request' failed: WriteTimeout"):
         await request(
             registry_for(base=tmp_path), url=f"http://{host}:{port}/", method="POST", body="x" * 64_000_000,
             timeout=0.3,
         )  # fmt: skip
-    assert time.monotonic() - started < 3
 
 
 async def test_timeout_must_be_positive(server: LoopbackServer, tmp_path: Path) -> None:

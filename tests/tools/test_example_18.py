@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-from shared_paths import EXAMPLES
+from shared_paths import EXAMPLES, require_shared
 from tools_support import FakeResolver
 
 from airflow_provider_agentloom.exceptions import SandboxViolationError
@@ -35,9 +35,7 @@ EXPECTED: dict[str, str | None] = {
 
 @pytest.fixture
 def example() -> dict[str, Any]:
-    if not EXAMPLE.exists():
-        pytest.skip(f"{EXAMPLE} is not available")
-    document = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    document = yaml.safe_load(require_shared(EXAMPLE).read_text(encoding="utf-8"))
     assert isinstance(document, dict)
     return document
 

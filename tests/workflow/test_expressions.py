@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from shared_paths import EXAMPLES
+from shared_paths import EXAMPLES, require_shared
 
 from airflow_provider_agentloom.exceptions import ExpressionError
 from airflow_provider_agentloom.workflow.expressions import (
@@ -182,8 +182,7 @@ def _routers_in(node: Any) -> Iterator[tuple[list[tuple[str, str]], str | None]]
 
 
 def test_table_matches_the_examples_corpus() -> None:
-    if not EXAMPLES_DIR.is_dir():
-        pytest.skip(f"examples corpus not found at {EXAMPLES_DIR}")
+    require_shared(EXAMPLES_DIR)
     found: dict[str, tuple[list[tuple[str, str]], str | None]] = {}
     for path in sorted(EXAMPLES_DIR.glob("*.yaml")):
         routers = list(_routers_in(yaml.safe_load(path.read_text())))

@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 from cli_support import run_cli
-from shared_paths import EXAMPLES
+from shared_paths import EXAMPLES, require_shared
 
 from airflow_provider_agentloom.workflow.schema import PACKAGED_SCHEMA, REGENERATE, SCHEMA_ID, schema_text
 
@@ -48,8 +48,7 @@ def validator() -> jsonschema.Draft202012Validator:
 
 
 def corpus_files() -> list[Path]:
-    if not EXAMPLES.is_dir():
-        pytest.skip(f"the upstream examples are not at {EXAMPLES} (set AGENTLOOM_EXAMPLES_DIR)")
+    require_shared(EXAMPLES)
     files = sorted(EXAMPLES.glob("*.yaml"))
     assert len(files) == 33
     return files

@@ -81,8 +81,16 @@ def test_broken_braces(template: str) -> None:
 def test_whole_value_argument_keeps_the_type_at_any_depth() -> None:
     args = {"order": "state.order", "deep": {"list": ["state.items", "n={state.count}", 5]}, "n": 1}
     resolved = resolve_value(args, STATE)
-    assert resolved["order"] is not STATE["order"] or resolved["order"] == STATE["order"]
     assert resolved == {"order": STATE["order"], "deep": {"list": [["x", "y", "z"], "n=3", 5]}, "n": 1}
+    # Equality alone passes when a value turns into an equal one of another type (True == 1): types too.
+    kept = resolve_value(
+        {"at": [{"flag": "state.flag", "count": "state.count", "order": "state.order"}]}, STATE
+    )
+    assert {key: type(item) for key, item in kept["at"][0].items()} == {
+        "flag": bool,
+        "count": int,
+        "order": dict,
+    }
     assert resolve_value("state.steps.fetch.output.status_code", STATE) == 200
 
 

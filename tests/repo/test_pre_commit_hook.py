@@ -18,7 +18,7 @@ import pytest
 import yaml
 from cli_support import cli_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOOKS = ROOT / ".pre-commit-hooks.yaml"
 GOOD = ROOT / "dags" / "order_pipeline.yaml"
 BAD = """name: bad-flow

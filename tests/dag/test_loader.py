@@ -9,7 +9,7 @@ import pytest
 
 from airflow_provider_agentloom.dag import loader
 
-DAGS = Path(__file__).parents[1] / "dags"
+DAGS = Path(__file__).parents[2] / "dags"
 LOADER_PY = "from airflow_provider_agentloom.dag.loader import load_workflows  # airflow dag loader\n\nload_workflows(globals())\n"
 
 GOOD = """name: {name}

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from cli_support import CLI, cli_env, run_cli
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_paths import EXAMPLES
+from shared_paths import EXAMPLES, require_shared
 
 from airflow_provider_agentloom.cli import run_cli
 from airflow_provider_agentloom.cli.graph_picture import EdgeKind, Shape, picture_of, walk
@@ -437,16 +437,13 @@ def test_invalid_file_is_reported_as_validate_reports_it(
     assert capsys.readouterr().err == err
 
 
-CORPUS = sorted(EXAMPLES.glob("*.yaml")) if EXAMPLES.is_dir() else []
-
-
-@pytest.mark.skipif(not CORPUS, reason=f"the example corpus is not at {EXAMPLES}")
 def test_every_corpus_file_renders_in_every_format(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert len(CORPUS) == 33
+    corpus = sorted(require_shared(EXAMPLES).glob("*.yaml"))
+    assert len(corpus) == 33
     monkeypatch.chdir(EXAMPLES)
-    for path in CORPUS:
+    for path in corpus:
         outputs = {}
         for fmt in ("ascii", "mermaid", "dot"):
             code, out, err = visualize(capsys, path.name, fmt)

@@ -50,7 +50,7 @@ from airflow_provider_agentloom.llm.fixtures import prompt_hash_of
 from airflow_provider_agentloom.runner.warm import client
 
 MOCK_DEFAULT_REPLY = "Mock response"
-CORPUS_TOOLS = Path(__file__).resolve().parent / "data" / "corpus_tools"
+CORPUS_TOOLS = Path(__file__).resolve().parents[1] / "data" / "corpus_tools"
 PROGRESS_LINE = re.compile(r"^  (?:ok|FAILED|TIMEOUT|skipped|paused) +(\S+)  \(", re.MULTILINE)
 
 # The public URLs the examples' http_request tool steps GET, answered by a loopback HTTPS server
@@ -344,7 +344,7 @@ OUTCOMES: dict[str, Outcome] = {}
 # Examples left out of the table above, with the reason.
 EXCLUDED = {
     "18": "tool steps only, refused by the sandbox by design; each refusal's reason is checked by "
-    "tests/test_tool_wiring.py and tests/tools/test_example_18.py",
+    "tests/dag/test_tool_wiring.py and tests/tools/test_example_18.py",
 }
 
 

@@ -21,14 +21,14 @@ from airflow_provider_agentloom import WorkflowParser, run_workflow
 from airflow_provider_agentloom.runner.home import EmbeddedHome, default_home
 from airflow_provider_agentloom.runner.results import RunResult
 
-_LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
+_LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 
 from llm_loopback import LoopbackServer, Reply, SeenRequest  # noqa: E402
 
 HOME = EmbeddedHome(default_home())  # the session's Airflow home (tests/conftest.py)
-PACKAGE = str(Path(__file__).resolve().parents[1] / "airflow_provider_agentloom")
+PACKAGE = str(Path(__file__).resolve().parents[2] / "airflow_provider_agentloom")
 
 WORKFLOW = """
 name: {name}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-_LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
+_LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 

@@ -19,7 +19,7 @@ from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.runner.results import RunResultCollector
 from airflow_provider_agentloom.workflow.parser import load_workflow, parse_workflow_text
 
-DATA = Path(__file__).parent / "data" / "router"
+DATA = Path(__file__).parents[1] / "data" / "router"
 
 BRANCH_STEPS = [
     "start",

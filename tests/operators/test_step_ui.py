@@ -21,7 +21,7 @@ from airflow_provider_agentloom import WorkflowParser
 from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
-_LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
+_LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 

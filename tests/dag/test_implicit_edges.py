@@ -19,7 +19,7 @@ from airflow_support import run_dag_test, task_states, xcom
 from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
-DATA = Path(__file__).parent / "data" / "implicit"
+DATA = Path(__file__).parents[1] / "data" / "implicit"
 
 # Task states per route (Airflow's words); the child's group is ``child``, its child's ``child.grand``.
 SMALL_LEFT: dict[str, str] = {

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow_support import run_dag_test, task_states, xcom
-from approval_support import responder
+from approval_support import responder, response_recorded
 from spine_tools import TOOLS
+from wait_support import wait_until
 
 from airflow_provider_agentloom.dag.build import build_dag
 from airflow_provider_agentloom.runner.results import RunResultCollector
@@ -120,7 +120,7 @@ def test_an_answer_dag_test_overwrote_is_given_again(tmp_path: Path, monkeypatch
     """dag.test() writes the gate's parked state after the task returns; an answer in between is kept.
 
     Under load, the responder can answer between the task parking itself and ``dag.test()``
-    writing that state again; the pause below makes that window certain.
+    writing that state again; waiting for its answer there makes that window certain.
     """
     from airflow.sdk.execution_time import supervisor
 
@@ -129,7 +129,7 @@ def test_an_answer_dag_test_overwrote_is_given_again(tmp_path: Path, monkeypatch
     def slow_to_return(*args: Any, **kwargs: Any) -> Any:
         result = run_in_process(*args, **kwargs)
         if result.ti.state == "awaiting_input":
-            time.sleep(1.0)  # the responder polls every 0.2 s: it answers in this pause
+            wait_until(lambda: response_recorded(result.ti), 30, "the responder to answer the parked gate")
         return result
 
     monkeypatch.setattr(supervisor, "run_task_in_process", slow_to_return)

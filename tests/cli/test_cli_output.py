@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_support import cli_env, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-token-value"
 
 OUTPUTS = f"""name: outputs

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-_LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
+_LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 

@@ -60,7 +60,8 @@ def test_result_is_the_metadata_first_reads_result(
 def test_each_xcom_is_read_once() -> None:
     ti = FakeTI(XCOMS)
     reader = SourceReader(ti)
-    assert reader.result("failed") == reader.result("failed")
+    assert reader.result("failed") == ("failed", None)
+    assert reader.result("failed") == ("failed", None)  # the second answer comes from what was read
     assert reader.pull("failed", META_KEY) == meta("failed", error="boom")
     assert ti.calls == [("failed", "return_value"), ("failed", META_KEY)]
     assert reader.requests == 2

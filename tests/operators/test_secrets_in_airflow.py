@@ -32,7 +32,7 @@ from airflow_provider_agentloom.dag.build import build_dag, dag_id_for
 from airflow_provider_agentloom.runner.home import EmbeddedHome, default_home
 from airflow_provider_agentloom.tools import tool
 
-_LLM_TESTS = str(Path(__file__).resolve().parent / "llm")
+_LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
 if _LLM_TESTS not in sys.path:
     sys.path.insert(0, _LLM_TESTS)
 
