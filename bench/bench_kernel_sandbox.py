@@ -107,7 +107,7 @@ async def reaper_rss_kib(base: Path) -> int:
             for pid in os.listdir("/proc"):
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                        if b"_reaper.py" not in handle.read():
+                        if b"import reaper" not in handle.read():
                             continue
                     with open(f"/proc/{pid}/status", encoding="ascii") as handle:
                         rss = next(line for line in handle if line.startswith("VmRSS:"))

@@ -188,7 +188,7 @@ def reaper_of(pid: int) -> int:
     """Walk up from ``pid`` to the reaper process that started it."""
     while pid > 1:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            if b"import _reaper" in handle.read():
+            if b"import reaper" in handle.read():
                 return pid
         with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
             pid = int(handle.read().rpartition(")")[2].split()[1])
