@@ -212,9 +212,7 @@ def instrument(out_file: Path) -> None:
         if os.environ.get("BENCH_STATE_MEMORY"):
             extra = time.perf_counter()
             tracemalloc.start()
-            self.run_context.state_for(
-                self.step.id, SourceReader(self.context["ti"]), self.overrides()
-            )
+            self.run_context.state_for(self.step.id, SourceReader(self.context["ti"]), self.overrides())
             alloc_peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             extra = time.perf_counter() - extra

@@ -349,7 +349,9 @@ def test_each_step_stores_its_rendered_fields_once_and_before_it_runs(
     seen_while_running: dict[str, dict[str, Any]] = {}
     prepared_step = AgentLoomStepOperator.prepared_step
 
-    def step_run(self: Any, context: Any, **kwargs: Any) -> Any:  # what the UI shows as the step starts its work
+    def step_run(
+        self: Any, context: Any, **kwargs: Any
+    ) -> Any:  # what the UI shows as the step starts its work
         ti = context["ti"]
         seen_while_running[ti.task_id] = _stored_fields(ti.dag_id, ti.run_id, ti.task_id)
         return prepared_step(self, context, **kwargs)

@@ -469,6 +469,7 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT, RenderedT]):
 
     # -- Airflow's entry points ------------------------------------------------------------------
 
+    @brief_errors
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         """Run the prepare phase, so Airflow stores the fields as the step runs them, once.
 
@@ -499,6 +500,7 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT, RenderedT]):
             left = max(limit - (time.monotonic() - started), _LEAST_TIMEOUT)
             self.execution_timeout = timedelta(seconds=left)
 
+    @brief_errors
     def execute(self, context: Context) -> Any:
         """The attempt: prepare (unless render_template_fields did), run, finish."""
         return self.attempt(context, self.run_step)
