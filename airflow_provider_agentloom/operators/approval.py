@@ -47,8 +47,10 @@ from airflow_provider_agentloom.operators.base import (
     StepRun,
 )
 from airflow_provider_agentloom.operators.state_reads import SourceReader
+from airflow_provider_agentloom.tools.net import default_webhook_body, send_webhook
 from airflow_provider_agentloom.workflow.models import ApprovalGateStep
 from airflow_provider_agentloom.workflow.results import StepStatus
+from airflow_provider_agentloom.workflow.templates import render_template
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -201,8 +203,6 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep, None], Approv
         if config is None:
             return
         try:
-            from airflow_provider_agentloom.tools.net import send_webhook
-
             run_id = str(context["run_id"])
             body = self.render_webhook_body(context, prepared.state)
             self.show_rendered(webhook_body=body)
@@ -230,15 +230,11 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep, None], Approv
         The template sees the state plus ``run_id``, ``step_id`` and ``workflow_name``; secrets are
         masked.
         """
-        from airflow_provider_agentloom.tools.net import default_webhook_body
-
         config = self.step.notify
         assert config is not None
         workflow_name = self.run_context.workflow.name
         run_id = str(context["run_id"])
         if config.body_template:
-            from airflow_provider_agentloom.workflow.templates import render_template
-
             names = {**state, "run_id": run_id, "step_id": self.step.id, "workflow_name": workflow_name}
             where = f"step {self.step.id!r} notify.body_template"
             return self.secrets.mask_text(

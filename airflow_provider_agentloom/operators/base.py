@@ -57,6 +57,7 @@ from airflow_provider_agentloom.workflow.storable import storable_output
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
     from airflow_provider_agentloom.operators.services import WorkflowRunContext
     from airflow_provider_agentloom.tools.registry import ToolRegistry
@@ -135,7 +136,7 @@ def brief_errors(method: MethodT) -> MethodT:
     return wrapper  # type: ignore[return-value]
 
 
-def attempt_sequence(ti: Any, retries: int | None) -> int:
+def attempt_sequence(ti: RuntimeTaskInstanceProtocol, retries: int | None) -> int:
     """The first try number of the run of attempts ``ti`` belongs to.
 
     Airflow gives a task instance ``retries + 1`` tries; a person's clear raises ``max_tries`` to
