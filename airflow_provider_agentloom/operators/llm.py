@@ -30,11 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import anyio
 
 from airflow_provider_agentloom.exceptions import BudgetExceededError, StepError, ToolError
-from airflow_provider_agentloom.hooks.gateway import DEFAULT_CONN_ID
-from airflow_provider_agentloom.hooks.llm import AgentLoomLLMHook, GatewayOptions, StepGateway
-from airflow_provider_agentloom.llm.attachments import resolve_attachments
 from airflow_provider_agentloom.llm.errors import clip
-from airflow_provider_agentloom.llm.loop import run_tool_loop, tool_specs_for_agent, tool_specs_for_llm_call
 from airflow_provider_agentloom.llm.replay import ChatClient, KeptReplies
 from airflow_provider_agentloom.llm.types import ChatRequest, Message
 from airflow_provider_agentloom.operators.base import (
@@ -51,14 +47,18 @@ from airflow_provider_agentloom.operators.budget import (
 )
 from airflow_provider_agentloom.settings import max_parallel_tool_calls, max_tool_calls_per_reply
 from airflow_provider_agentloom.tools.invoke import invoke_tool
-from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
 from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
 from airflow_provider_agentloom.workflow.results import TokenUsage
 from airflow_provider_agentloom.workflow.templates import render_template
 
+# The model side (the hook and its HTTP clients, the tool loop, attachments under the sandbox) is
+# imported where a step runs, not here: at the top it added 33 ms (median of 9, alternating with
+# the former tree) to importing this module, which every dag-processor parse of a file with a model
+# step pays, and the step's task imports it anyway.
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_agentloom.hooks.llm import AgentLoomLLMHook, StepGateway
     from airflow_provider_agentloom.llm.base import OnChunk
     from airflow_provider_agentloom.llm.types import AttachmentData, ChatResponse, ToolCallRecord, ToolSpec
     from airflow_provider_agentloom.tools.registry import ToolRegistry
@@ -110,10 +110,15 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
     @functools.cached_property
     def llm_hook(self) -> AgentLoomLLMHook:
         """The hook of the workflow's LLM connection (``config.airflow.llm_conn_id``)."""
+        from airflow_provider_agentloom.hooks.gateway import DEFAULT_CONN_ID
+        from airflow_provider_agentloom.hooks.llm import AgentLoomLLMHook
+
         return AgentLoomLLMHook(self.run_context.workflow.config.airflow.llm_conn_id or DEFAULT_CONN_ID)
 
     def gateway(self, base_dir: Path) -> StepGateway:
         """The step's gateway: the one the run was given (``WorkflowEngine``), else its hook's."""
+        from airflow_provider_agentloom.hooks.llm import GatewayOptions, StepGateway
+
         given = self.run_context.provider_gateway
         if given is not None:
             return StepGateway(given, None, owned=False)
@@ -255,6 +260,8 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
             return secrets.mask(result)
 
         parallel, per_reply = tool_limits
+        from airflow_provider_agentloom.llm.loop import run_tool_loop
+
         result = await run_tool_loop(
             client,
             request,
@@ -285,6 +292,9 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         step = self.step
         if not isinstance(step, LLMCallStep) or not step.attachments:
             return []
+        from airflow_provider_agentloom.llm.attachments import resolve_attachments
+        from airflow_provider_agentloom.tools.sandbox.policy import ToolSandbox
+
         sandbox = ToolSandbox(**self.run_context.sandbox_config(base_dir).model_dump(), base_dir=base_dir)
         return await resolve_attachments(
             step.attachments,
@@ -328,6 +338,8 @@ class LLMCallOperator(ModelStepOperator[LLMCallStep]):
         return bool(self.step.tools)
 
     def tool_specs(self, registry: ToolRegistry) -> list[ToolSpec]:
+        from airflow_provider_agentloom.llm.loop import tool_specs_for_llm_call
+
         return tool_specs_for_llm_call(self.step.tools, registry)
 
     def max_rounds(self) -> int:
@@ -349,6 +361,8 @@ class AgentOperator(ModelStepOperator[AgentStep]):
         return True
 
     def tool_specs(self, registry: ToolRegistry) -> list[ToolSpec]:
+        from airflow_provider_agentloom.llm.loop import tool_specs_for_agent
+
         return tool_specs_for_agent(self.step.tools, registry)
 
     def max_rounds(self) -> int:
