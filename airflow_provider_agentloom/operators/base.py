@@ -477,8 +477,9 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT, RenderedT]):
         Airflow stores the Rendered Templates right after this call, before ``execute``. Preparing
         here (not in ``execute``) is why a running step's Rendered Templates already show what it
         runs with (a model call may take minutes) and why each task stores its fields once: in
-        ``execute`` it would take ``overwrite_rtif_after_execution``, a second store, measured at
-        6 stores instead of 3 for 3 steps (tests/test_step_ui.py) and +3 ms per step on the bench.
+        ``execute`` it would take ``overwrite_rtif_after_execution``, a second store per task:
+        measured, 6 stores instead of 3 for 3 steps (tests/test_step_ui.py) and a step's own
+        duration 50.9 ms instead of 45.0 ms (median of 45 steps, warm 5-step runs alternating).
 
         Workflow text is never Jinja (``{{ }}`` in a prompt stays as written). An error here
         fails the attempt as one in ``execute`` would; the fields are then stored as they are when
