@@ -219,12 +219,12 @@ def instrument(out_file: Path) -> None:
     import resource
     import tracemalloc
 
-    from airflow_provider_agentloom.operators.lifecycle import StepRun
+    from airflow_provider_agentloom.operators.base import StepRun
     from airflow_provider_agentloom.operators.state_reads import SourceReader
 
     original = StepRun.read_state
 
-    def read_state(self: StepRun[Any]) -> dict[str, Any]:
+    def read_state(self: StepRun) -> dict[str, Any]:
         rss_before = _status_kb("VmRSS")
         started = time.perf_counter()
         state = original(self)
@@ -238,9 +238,7 @@ def instrument(out_file: Path) -> None:
         if os.environ.get("BENCH_STATE_MEMORY"):
             extra = time.perf_counter()
             tracemalloc.start()
-            self.operator.run_context.state_for(
-                self.step.id, SourceReader(self.context["ti"]), self.overrides()
-            )
+            self.run_context.state_for(self.step.id, SourceReader(self.context["ti"]), self.overrides())
             alloc_peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             extra = time.perf_counter() - extra

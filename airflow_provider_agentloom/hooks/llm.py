@@ -1,12 +1,16 @@
-"""``AgentLoomLLMHook`` (connection type ``agentloom_llm``) and ``build_gateway``, the LLM steps' gateway.
+"""``AgentLoomLLMHook`` (connection type ``agentloom_llm``): how a model step reaches its models.
 
-The connection fields, the default connection ids and the provider policy of ``build_gateway``
-are described in ``hooks._gateway``'s docstring.
+A model step asks its hook for its gateway (:meth:`AgentLoomLLMHook.get_gateway`); the connection
+fields, the default connection ids and the provider policy are described in
+:mod:`~airflow_provider_agentloom.hooks.gateway`'s docstring. :class:`ModelGateway` is what the
+operators need of a gateway (ours, or one given to ``WorkflowEngine``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 from airflow.sdk import BaseHook
@@ -27,16 +31,63 @@ from airflow_provider_agentloom.llm.errors import redact, short_detail
 from airflow_provider_agentloom.llm.http_client import HTTPProvider
 from airflow_provider_agentloom.tools.net import display_url
 
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.llm.base import OnChunk
+    from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
+    from airflow_provider_agentloom.workflow.models import WorkflowConfig
+    from airflow_provider_agentloom.workflow.redaction import Mask
+
 __all__ = [
     "CONN_TYPE",
     "DEFAULT_CONN_ID",
     "VENDOR_CONN_IDS",
     "AgentLoomLLMHook",
+    "GatewayOptions",
     "LLMSettings",
+    "ModelGateway",
+    "StepGateway",
     "build_gateway",
 ]
 
 _PROBE_TIMEOUT = 10.0
+
+
+class ModelGateway(Protocol):
+    """What a model step needs of its gateway: a reply, streamed or not, then closing it."""
+
+    async def complete(self, request: ChatRequest) -> ChatResponse: ...
+
+    async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    """A run's overrides of where model calls go (the CLI's flags; Airflow runs use none).
+
+    :param provider: a provider instead of ``config.provider`` (``--provider``).
+    :param mock_responses: a mock fixture file (implies the mock provider).
+    :param record_path: record every reply into this fixture file.
+    :param record_tools: also record the results of the model's tool calls.
+    """
+
+    provider: str | None = None
+    mock_responses: str | None = None
+    record_path: str | None = None
+    record_tools: bool = False
+
+
+@dataclass(frozen=True)
+class StepGateway:
+    """A model step's gateway and the connection's default model (None: the connection names none).
+
+    :param owned: the step built it, so the step closes it (a given gateway is its giver's).
+    """
+
+    gateway: ModelGateway
+    default_model: str | None
+    owned: bool = True
 
 
 class AgentLoomLLMHook(BaseHook):
@@ -46,7 +97,8 @@ class AgentLoomLLMHook(BaseHook):
     ``agentloom_<vendor>_default`` id), ``default_model``, ``extra_headers``. The connection is read
     on first use, not in ``__init__``; the key never appears in the repr, logs or errors.
 
-    :param llm_conn_id: the connection id (default ``agentloom_llm_default``).
+    :param llm_conn_id: the connection id (default ``agentloom_llm_default``); a model step's
+        hook has its workflow's ``config.airflow.llm_conn_id``.
     """
 
     conn_type = CONN_TYPE
@@ -95,6 +147,38 @@ class AgentLoomLLMHook(BaseHook):
     def get_conn(self) -> LLMProvider:
         """Return ``get_provider()`` (the usual hook entry point)."""
         return self.get_provider()
+
+    def get_gateway(
+        self,
+        config: WorkflowConfig,
+        *,
+        base_dir: Path,
+        options: GatewayOptions | None = None,
+        workflow_source: str | None = None,
+        mask: Mask | None = None,
+    ) -> StepGateway:
+        """The gateway of a model step of a workflow whose ``config`` is given (see :func:`build_gateway`).
+
+        The workflow's ``config.airflow.llm_conn_id`` is this hook's connection; without it the
+        vendors' default connections and variables are looked up in turn. In a task each look-up is
+        a request to the task supervisor: call this outside the event loop.
+
+        :param base_dir: the directory the task runs from (fixtures, a relative ``record_path``).
+        :param mask: masks the task's secrets out of what a recording keeps.
+        """
+        given = options or GatewayOptions()
+        gateway, default_model = build_gateway(
+            config,
+            base_dir=base_dir,
+            conn_id=config.airflow.llm_conn_id,
+            provider_override=given.provider,
+            mock_responses=given.mock_responses,
+            record_path=given.record_path,
+            record_tools=given.record_tools,
+            workflow_source=workflow_source,
+            mask=mask,
+        )
+        return StepGateway(gateway, default_model)
 
     def test_connection(self) -> tuple[bool, str]:
         """List the vendor's models (a free call: ``GET {base}/models``, Ollama ``/api/tags``).

@@ -15,8 +15,10 @@ What differs from the provider's operator:
 - ``timeout_seconds`` is the HITL ``response_timeout`` (never ``execution_timeout``, which stays
   the step's own ``timeout``), ``on_timeout`` its ``defaults``; without ``on_timeout`` a timeout
   fails the gate, and is not retried;
-- both the start (before waiting) and the resume go through :class:`~.lifecycle.StepRun`, so the
-  gate's output and metadata are pushed like any step's;
+- both the start (before waiting) and the resume go through the one lifecycle
+  (:meth:`~.base.AgentLoomStepOperator.attempt`): the start's run phase writes the request and
+  waits; the resume's reads the state again (no checks) and turns the answer into the outcome, so
+  the gate's output and metadata are pushed like any step's;
 - Rendered Templates show the request's ``subject`` and ``body`` and the ``notify`` webhook's
   body as sent (``webhook_body``), secrets masked; the resume shows them again, as Airflow stores
   the fields of each part of the task.
@@ -38,10 +40,16 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOper
 from airflow.sdk.exceptions import TaskAwaitingInput
 
 from airflow_provider_agentloom.exceptions import StepError
-from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome, StepRun
+from airflow_provider_agentloom.operators.base import (
+    AgentLoomStepOperator,
+    PreparedStep,
+    StepOutcome,
+    StepRun,
+)
 from airflow_provider_agentloom.operators.state_reads import SourceReader
 from airflow_provider_agentloom.workflow.models import ApprovalGateStep
 from airflow_provider_agentloom.workflow.results import StepStatus
+from airflow_provider_agentloom.workflow.templates import render_template
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -58,7 +66,7 @@ _DECISIONS = {ApprovalOperator.APPROVE: APPROVED, ApprovalOperator.REJECT: REJEC
 _DEFAULTS = {"approve": ApprovalOperator.APPROVE, "reject": ApprovalOperator.REJECT}
 
 
-class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOperator):
+class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep, None], ApprovalOperator):
     """Wait for a person to approve or reject; the output is ``approved`` or ``rejected``.
 
     :param step: the ``approval_gate`` step.
@@ -95,59 +103,57 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         notify = self.step.notify
         return {"webhook_body": notify.body_template if notify is not None else None}
 
-    def execute(self, context: Context) -> Any:
+    def render_step(self, run: StepRun, state: dict[str, Any]) -> None:
+        """Show the request's body (and, as a resumed part stores its fields anew, the webhook's)."""
+        self.show_rendered(body=self.request_body(run.context))
+        if run.resumed and self.step.notify is not None:
+            try:
+                self.show_rendered(webhook_body=self.render_webhook_body(run.context, state))
+            except Exception:  # only shown: its failure was the webhook's, which never fails the gate
+                self.show_rendered(webhook_body=None)
+
+    def run_step(self, context: Context, prepared: PreparedStep[None]) -> StepOutcome:
         """Write the request (subject, body), send the ``notify`` webhook, then wait for an answer."""
-        run: StepRun[ApprovalGateStep] = StepRun(self, context)
-        with run.guard():
-            state = run.begin()
-            self.show_rendered(body=self.request_body(context))
         try:
-            return HITLOperator.execute(self, context)
+            HITLOperator.execute(self, context)
         except TaskAwaitingInput:  # the request is written: tell the webhook, then wait
-            self.notify(context, state, run)
+            self.notify(context, prepared)
             # Airflow stores the template fields again only after the task is already parked in
             # awaiting_input; an answer given in between can then be lost (the gate waits for
             # ever). The resumed part stores them once the answer is in.
             self.overwrite_rtif_after_execution = False
             raise
+        raise AssertionError("HITLOperator.execute returned without awaiting input")  # pragma: no cover
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume with the answer: the decision becomes the step's output (a rejection is data)."""
-        run: StepRun[ApprovalGateStep] = StepRun(self, context)
-        step = self.step
         self.overwrite_rtif_after_execution = True  # the answer is in: store what this part shows
-        with run.guard():
-            try:
-                # HITLOperator's checks, not ApprovalOperator's: that one skips downstream on reject.
-                answer = HITLOperator.execute_complete(self, context, event)
-            except HITLTimeoutError:
-                raise StepError(
-                    f"approval gate {step.id!r} got no answer within {step.timeout_seconds}s and "
-                    "has no on_timeout (set on_timeout: approve or reject to decide on timeout)",
-                    retryable=False,
-                ) from None
-            chosen = list(answer["chosen_options"])
-            if len(chosen) != 1 or chosen[0] not in _DECISIONS:
-                raise StepError(
-                    f"approval gate {step.id!r} got an invalid answer {chosen!r}", retryable=False
-                )
-            decision = _DECISIONS[chosen[0]]
-            timed_out = bool(event.get("timedout"))
-            user = answer.get("responded_by_user") or {}
-            self.hitl_summary_extra["approved"] = decision == APPROVED
-            state = run.read_state()  # the state's secrets, for the masks of what is pushed
-            # This part of the task stores its template fields anew: show the request again.
-            self.show_rendered(body=self.request_body(context))
-            if self.step.notify is not None:
-                try:
-                    self.show_rendered(webhook_body=self.render_webhook_body(context, state))
-                except Exception:  # only shown: its failure was the webhook's, which never fails the gate
-                    self.show_rendered(webhook_body=None)
-            self.log.info(
-                "Step %s: %s%s", step.id, decision, f" (on_timeout: {step.on_timeout})" if timed_out else ""
-            )
-            extra = {"decision": decision, "timed_out": timed_out, "responded_by": user.get("name")}
-            return run.succeed(StepOutcome(output=decision, extra=extra))
+        return self.attempt(context, lambda context, _: self.answer(context, event), resumed=True)
+
+    def answer(self, context: Context, event: dict[str, Any]) -> StepOutcome:
+        """The person's (or the timeout's) answer, as the step's outcome."""
+        step = self.step
+        try:
+            # HITLOperator's checks, not ApprovalOperator's: that one skips downstream on reject.
+            answer = HITLOperator.execute_complete(self, context, event)
+        except HITLTimeoutError:
+            raise StepError(
+                f"approval gate {step.id!r} got no answer within {step.timeout_seconds}s and "
+                "has no on_timeout (set on_timeout: approve or reject to decide on timeout)",
+                retryable=False,
+            ) from None
+        chosen = list(answer["chosen_options"])
+        if len(chosen) != 1 or chosen[0] not in _DECISIONS:
+            raise StepError(f"approval gate {step.id!r} got an invalid answer {chosen!r}", retryable=False)
+        decision = _DECISIONS[chosen[0]]
+        timed_out = bool(event.get("timedout"))
+        user = answer.get("responded_by_user") or {}
+        self.hitl_summary_extra["approved"] = decision == APPROVED
+        self.log.info(
+            "Step %s: %s%s", step.id, decision, f" (on_timeout: {step.on_timeout})" if timed_out else ""
+        )
+        extra = {"decision": decision, "timed_out": timed_out, "responded_by": user.get("name")}
+        return StepOutcome(output=decision, extra=extra)
 
     def request_body(self, context: Context) -> str:
         """The Markdown body: what is being approved (the outputs of the steps the gate depends on)."""
@@ -183,7 +189,7 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
                 found.append((parent, graph.steps[parent].output, result[1]))
         return found
 
-    def notify(self, context: Context, state: dict[str, Any], run: StepRun[ApprovalGateStep]) -> None:
+    def notify(self, context: Context, prepared: PreparedStep[None]) -> None:
         """Send the step's ``notify`` webhook now that the request exists; never fails the step.
 
         The body is ``body_template`` rendered against the state plus ``run_id``, ``step_id`` and
@@ -195,18 +201,22 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         config = self.step.notify
         if config is None:
             return
-        try:
-            from airflow_provider_agentloom.tools.net import send_webhook
+        # Imported here: at the module's top it added 8 ms (median of 9) to each parse of a file
+        # with a gate, for a webhook most gates do not send.
+        from airflow_provider_agentloom.tools.net import send_webhook
 
+        try:
             run_id = str(context["run_id"])
-            body = self.render_webhook_body(context, state)
+            body = self.render_webhook_body(context, prepared.state)
             self.show_rendered(webhook_body=body)
             # A gate in a subworkflow sends under the combined sandbox (the spec page's table).
             sandbox = self.run_context.sandbox_config(self.run_context.resolve_working_dir(run_id))
-            result = send_webhook(config, body, sandbox=sandbox, mask=run.secrets.mask)
+            result = send_webhook(config, body, sandbox=sandbox, mask=prepared.run.secrets.mask)
         except Exception as exc:  # a webhook never fails the gate
             self.log.warning(
-                "Step %s: the notify webhook was not sent: %s", self.step.id, run.secrets.mask_text(str(exc))
+                "Step %s: the notify webhook was not sent: %s",
+                self.step.id,
+                prepared.run.secrets.mask_text(str(exc)),
             )
             return
         if result.delivered:
@@ -230,8 +240,6 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep], ApprovalOper
         workflow_name = self.run_context.workflow.name
         run_id = str(context["run_id"])
         if config.body_template:
-            from airflow_provider_agentloom.workflow.templates import render_template
-
             names = {**state, "run_id": run_id, "step_id": self.step.id, "workflow_name": workflow_name}
             where = f"step {self.step.id!r} notify.body_template"
             return self.secrets.mask_text(

@@ -24,7 +24,10 @@ from airflow_provider_agentloom.workflow.models import StepType
 from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, TokenUsage
 
 if TYPE_CHECKING:
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol
+
     from airflow_provider_agentloom.llm.base import OnChunk
+    from airflow_provider_agentloom.llm.replay import ChatClient
     from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse
     from airflow_provider_agentloom.plan.scope import Scope
 
@@ -36,7 +39,7 @@ SPEND_KEY = "agentloom_spend"
 _MODEL_STEPS = (StepType.LLM_CALL, StepType.AGENT)
 
 
-def recorded_spend(ti: Any, run_context: Scope, *, exclude: str) -> float:
+def recorded_spend(ti: RuntimeTaskInstanceProtocol, run_context: Scope, *, exclude: str) -> float:
     """Return what the run's steps other than ``exclude`` spent, as recorded in their XComs.
 
     The budget is run-wide: every step task of the whole DAG counts, in every subworkflow scope,
@@ -77,7 +80,7 @@ class BudgetGuard:
 
     def __init__(
         self,
-        client: Any,
+        client: ChatClient,
         *,
         limit: float,
         spent_elsewhere: Callable[[], float],

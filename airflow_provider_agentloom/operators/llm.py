@@ -19,6 +19,7 @@ model call and one per tool call.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Mapping
@@ -29,45 +30,64 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import anyio
 
 from airflow_provider_agentloom.exceptions import BudgetExceededError, StepError, ToolError
-from airflow_provider_agentloom.llm.replay import KeptReplies
-from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome
+from airflow_provider_agentloom.llm.errors import clip
+from airflow_provider_agentloom.llm.replay import ChatClient, KeptReplies
+from airflow_provider_agentloom.llm.types import ChatRequest, Message
+from airflow_provider_agentloom.operators.base import (
+    AgentLoomStepOperator,
+    PreparedStep,
+    StepOutcome,
+    StepRun,
+    attempt_sequence,
+)
 from airflow_provider_agentloom.operators.budget import (
     SPEND_KEY,
     BudgetGuard,
     recorded_spend,
 )
-from airflow_provider_agentloom.operators.lifecycle import attempt_sequence
 from airflow_provider_agentloom.settings import max_parallel_tool_calls, max_tool_calls_per_reply
+from airflow_provider_agentloom.tools.invoke import invoke_tool
 from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
 from airflow_provider_agentloom.workflow.results import TokenUsage
 from airflow_provider_agentloom.workflow.templates import render_template
 
+# The model side (the hook and its HTTP clients, the tool loop, attachments under the sandbox) is
+# imported where a step runs, not here: at the top it added 33 ms (median of 9, alternating with
+# the former tree) to importing this module, which every dag-processor parse of a file with a model
+# step pays, and the step's task imports it anyway.
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_agentloom.hooks.llm import AgentLoomLLMHook, StepGateway
     from airflow_provider_agentloom.llm.base import OnChunk
-    from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, ToolCallRecord, ToolSpec
+    from airflow_provider_agentloom.llm.types import AttachmentData, ChatResponse, ToolCallRecord, ToolSpec
     from airflow_provider_agentloom.tools.registry import ToolRegistry
 
 ModelStepT = TypeVar("ModelStepT", LLMCallStep, AgentStep)
 
 
-@dataclass
-class _ModelCall:
-    """What one model step needs once its prompts are rendered and its gateway is built."""
+@dataclass(frozen=True)
+class RenderedPrompts:
+    """What a model step's prepare phase hands its run phase: prompts, folder and gateway."""
 
     prompt: str
     system: str | None
-    state: dict[str, Any]
     base_dir: Path
-    gateway: Any
-    client: Any
-    default_model: str | None
+    gateway: StepGateway
+
+
+@dataclass(frozen=True)
+class _ModelCall:
+    """What one model call needs once the step is rendered and its clients are wrapped."""
+
+    rendered: RenderedPrompts
+    state: dict[str, Any]
+    client: ChatClient
     registry: ToolRegistry | None
     tool_limits: tuple[int, int] = (1, 1)
 
 
-class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
+class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
     """The shared body of the steps that call a model; subclasses say which tools and how many rounds."""
 
     template_fields = ("model", "system_prompt", "prompt")
@@ -87,32 +107,60 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         step = self.step
         return {"model": self.written_model(), "system_prompt": step.system_prompt, "prompt": step.prompt}
 
-    def render_step(self, context: Context, state: dict[str, Any]) -> None:
+    @functools.cached_property
+    def llm_hook(self) -> AgentLoomLLMHook:
+        """The hook of the workflow's LLM connection (``config.airflow.llm_conn_id``)."""
+        from airflow_provider_agentloom.hooks.gateway import DEFAULT_CONN_ID
+        from airflow_provider_agentloom.hooks.llm import AgentLoomLLMHook
+
+        return AgentLoomLLMHook(self.run_context.workflow.config.airflow.llm_conn_id or DEFAULT_CONN_ID)
+
+    def gateway(self, base_dir: Path) -> StepGateway:
+        """The step's gateway: the one the run was given (``WorkflowEngine``), else its hook's."""
+        from airflow_provider_agentloom.hooks.llm import GatewayOptions, StepGateway
+
+        given = self.run_context.provider_gateway
+        if given is not None:
+            return StepGateway(given, None, owned=False)
+        options = self.run_context.llm
+        return self.llm_hook.get_gateway(
+            self.run_context.workflow.config,
+            base_dir=base_dir,
+            options=GatewayOptions(
+                provider=options.provider,
+                mock_responses=options.mock_responses,
+                record_path=options.record_path,
+                record_tools=options.record_tools,
+            ),
+            workflow_source=self.run_context.workflow.source_path,
+            mask=self.secrets.mask,
+        )
+
+    def render_step(self, run: StepRun, state: dict[str, Any]) -> RenderedPrompts:
         step = self.step
         if not step.prompt:
             raise StepError(f"{step.type} step {step.id!r} has no prompt")
-        self.rendered_prompts = (
-            render_template(step.prompt, state, self.warn_missing, where=f"step {step.id!r} prompt"),
+        prompt = render_template(step.prompt, state, self.warn_missing, where=f"step {step.id!r} prompt")
+        system = (
             render_template(
                 step.system_prompt, state, self.warn_missing, where=f"step {step.id!r} system_prompt"
             )
             if step.system_prompt
-            else None,
+            else None
         )
-        self.show_rendered(prompt=self.rendered_prompts[0], system_prompt=self.rendered_prompts[1])
-        self.base_dir = self.run_context.resolve_working_dir(context["run_id"])
+        self.show_rendered(prompt=prompt, system_prompt=system)
+        base_dir = self.run_context.resolve_working_dir(run.context["run_id"])
         # Connections and options are read here, outside the event loop: in a task each lookup is
         # a request to the task supervisor. The model they name is shown with the prompts.
-        self.gateway_and_model = self.run_context.gateway(self.base_dir, mask=self.secrets.mask)
-        self.show_rendered(model=self.run_context.model_for(step, self.gateway_and_model[1]))
+        gateway = self.gateway(base_dir)
+        self.show_rendered(model=self.run_context.model_for(step, gateway.default_model))
+        return RenderedPrompts(prompt, system, base_dir, gateway)
 
-    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
-        prompt, system = self.rendered_prompts
-        base_dir = self.base_dir
-        gateway, default_model = self.gateway_and_model
-        registry = self.run_context.build_registry(base_dir) if self.uses_tools() else None
-        client: Any = KeptReplies(
-            gateway,
+    def run_step(self, context: Context, prepared: PreparedStep[RenderedPrompts]) -> StepOutcome:
+        rendered = prepared.rendered
+        registry = self.run_context.build_registry(rendered.base_dir) if self.uses_tools() else None
+        client = KeptReplies(
+            rendered.gateway.gateway,
             context.get("task_state_store"),
             sequence=attempt_sequence(context["ti"], self.retries),
             mask=self.secrets.mask,
@@ -120,19 +168,17 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         )
         guard = self._budget_guard(client, context)
         limits = (max_parallel_tool_calls(), max_tool_calls_per_reply())
-        call = _ModelCall(
-            prompt, system, state, base_dir, gateway, guard or client, default_model, registry, limits
-        )
+        call = _ModelCall(rendered, prepared.state, guard or client, registry, limits)
         try:
             return anyio.run(self._call_model, call)
         except BudgetExceededError:
-            if guard is not None and self.current_run is not None:
+            if guard is not None:
                 # The calls made before the budget stopped the step are kept in its metadata.
-                self.current_run.spent(guard.usage, guard.cost, model_calls=guard.calls)
+                prepared.run.spent(guard.usage, guard.cost, model_calls=guard.calls)
                 self.log.error("Step %s stopped after %d model calls", self.step.id, guard.calls)
             raise
 
-    def _budget_guard(self, client: Any, context: Context) -> BudgetGuard | None:
+    def _budget_guard(self, client: ChatClient, context: Context) -> BudgetGuard | None:
         """With ``config.budget_usd``, a client that checks the run's budget before every model call."""
         limit = self.run_context.budget_usd
         if limit is None:
@@ -148,12 +194,9 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         return BudgetGuard(client, limit=limit, spent_elsewhere=spent_elsewhere, publish=publish)
 
     async def _call_model(self, call: _ModelCall) -> StepOutcome:
-        from airflow_provider_agentloom.llm.types import ChatRequest, Message
-
-        step = self.step
-        gateway, registry = call.gateway, call.registry
-        attachments = await self._attachments(call.state, call.base_dir)
-        prompt, system, default_model = call.prompt, call.system, call.default_model
+        step, rendered, registry = self.step, call.rendered, call.registry
+        attachments = await self._attachments(call.state, rendered.base_dir)
+        prompt, system, default_model = rendered.prompt, rendered.system, rendered.gateway.default_model
         messages = ([Message.system(system)] if system else []) + [Message.user(prompt, attachments)]
         request = ChatRequest(
             messages=messages,
@@ -181,8 +224,8 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
                 )
                 outcome = _outcome(response, response.usage, response.cost_usd, [])
         finally:
-            if self.run_context.provider_gateway is None:
-                await gateway.aclose()
+            if rendered.gateway.owned:
+                await rendered.gateway.gateway.aclose()
             if sink is not None:
                 sink.end_line()
         self.log.info(
@@ -200,15 +243,12 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
 
     async def _loop(
         self,
-        client: Any,
+        client: ChatClient,
         request: ChatRequest,
         registry: ToolRegistry,
         on_chunk: OnChunk | None,
         tool_limits: tuple[int, int],
     ) -> StepOutcome:
-        from airflow_provider_agentloom.llm.loop import run_tool_loop
-        from airflow_provider_agentloom.tools.invoke import invoke_tool
-
         secrets = self.secrets
 
         async def execute(name: str, arguments: dict[str, Any]) -> Any:
@@ -220,6 +260,8 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
             return secrets.mask(result)
 
         parallel, per_reply = tool_limits
+        from airflow_provider_agentloom.llm.loop import run_tool_loop
+
         result = await run_tool_loop(
             client,
             request,
@@ -236,8 +278,6 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
         return outcome
 
     def _log_tool_call(self, registry: ToolRegistry, record: ToolCallRecord) -> None:
-        from airflow_provider_agentloom.llm.errors import clip
-
         self.log_tool_call(
             registry,
             clip(record.name, 100),
@@ -248,7 +288,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT]):
             replayed=record.replayed,
         )
 
-    async def _attachments(self, state: dict[str, Any], base_dir: Path) -> list[Any]:
+    async def _attachments(self, state: dict[str, Any], base_dir: Path) -> list[AttachmentData]:
         step = self.step
         if not isinstance(step, LLMCallStep) or not step.attachments:
             return []
@@ -330,7 +370,7 @@ class AgentOperator(ModelStepOperator[AgentStep]):
 
 
 def _outcome(
-    response: ChatResponse, usage: Any, cost: float, tool_calls: list[ToolCallRecord]
+    response: ChatResponse, usage: TokenUsage, cost: float, tool_calls: list[ToolCallRecord]
 ) -> StepOutcome:
     return StepOutcome(
         output=response.content,

@@ -43,7 +43,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk.bases.skipmixin import SkipMixin
 
 from airflow_provider_agentloom.exceptions import AgentLoomError, ExpressionError
-from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome
+from airflow_provider_agentloom.operators.base import (
+    AgentLoomStepOperator,
+    PreparedStep,
+    StepOutcome,
+    StepRun,
+)
 from airflow_provider_agentloom.workflow.models import RouterStep
 from airflow_provider_agentloom.workflow.routing import (
     RouteDecision,
@@ -58,7 +63,7 @@ if TYPE_CHECKING:
     from airflow.sdk.definitions._internal.node import DAGNode
 
 
-class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
+class RouterOperator(AgentLoomStepOperator[RouterStep, RouteDecision], SkipMixin):
     """Evaluate a router's conditions against the state and skip every child it did not choose."""
 
     ui_color = "#ede7f6"
@@ -76,10 +81,20 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
             conditions.append({"default": self.step.default})
         return {"conditions": conditions, "chosen": None}
 
-    def execute(self, context: Context) -> Any:
-        run = self.step_run(context)
-        output = run.execute(self.execute_step)
-        not_chosen: list[str] = run.meta.extra["skipped_children"]
+    def render_step(self, run: StepRun, state: dict[str, Any]) -> RouteDecision:
+        with self._never_retried():
+            return self.choose(state)
+
+    def run_step(self, context: Context, prepared: PreparedStep[RouteDecision]) -> StepOutcome:
+        decision = prepared.rendered
+        with self._never_retried():
+            not_chosen = self.children_not_chosen(decision.target)
+            return StepOutcome(output=decision.target, extra=_decision_meta(decision, not_chosen))
+
+    def finish(self, context: Context, prepared: PreparedStep[RouteDecision], outcome: StepOutcome) -> Any:
+        """Push the choice, then skip the children not chosen (the skip ends ``execute``)."""
+        output = super().finish(context, prepared, outcome)
+        not_chosen = self.children_not_chosen(prepared.rendered.target)
         tasks = self._tasks_of(context, not_chosen)
         if not tasks:
             return output
@@ -89,16 +104,6 @@ class RouterOperator(AgentLoomStepOperator[RouterStep], SkipMixin):
         self.log.info("Router %s skips %s (not chosen)", self.step.id, ", ".join(not_chosen))
         self.skip(ti, tasks)
         return output
-
-    def render_step(self, context: Context, state: dict[str, Any]) -> None:
-        with self._never_retried():
-            self.decision = self.choose(state)
-
-    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
-        decision = self.decision
-        with self._never_retried():
-            not_chosen = self.children_not_chosen(decision.target)
-            return StepOutcome(output=decision.target, extra=_decision_meta(decision, not_chosen))
 
     @contextlib.contextmanager
     def _never_retried(self) -> Iterator[None]:

@@ -20,9 +20,12 @@ its own copy of them, beside these.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.workflow.results import META_KEY, StepMeta, StepStatus
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
 __all__ = ["SourceReader", "in_a_task_process"]
 
@@ -43,7 +46,7 @@ class SourceReader:
     :param ti: the running task instance (``context["ti"]``).
     """
 
-    def __init__(self, ti: Any) -> None:
+    def __init__(self, ti: RuntimeTaskInstanceProtocol) -> None:
         self.ti = ti
         self._xcoms: dict[tuple[str, str], Any] = {}
         self.requests = 0

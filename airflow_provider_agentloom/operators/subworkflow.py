@@ -21,14 +21,21 @@ The parent's dependents depend on ``sub.__end__``; the parent reads ``sub``'s ou
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_agentloom.exceptions import StepError
-from airflow_provider_agentloom.operators.base import AgentLoomStepOperator, StepOutcome, StepRun
+from airflow_provider_agentloom.hooks.masking import TaskSecrets
+from airflow_provider_agentloom.operators.base import (
+    AgentLoomStepOperator,
+    PreparedStep,
+    StepOutcome,
+    StepRun,
+)
 from airflow_provider_agentloom.workflow.models import StepType, SubworkflowStep
 from airflow_provider_agentloom.workflow.results import (
     FAILURES,
@@ -47,10 +54,21 @@ if TYPE_CHECKING:
 
     from airflow_provider_agentloom.plan.scope import Scope
 
-__all__ = ["SubworkflowOperator", "SubworkflowStartOperator", "child_outcome", "step_result_of"]
+__all__ = [
+    "ChildOutcome",
+    "SubworkflowOperator",
+    "SubworkflowStartOperator",
+    "child_outcome",
+    "step_result_of",
+]
+
+RenderedT = TypeVar("RenderedT")
+
+Pull = Callable[[str, str], Any]
+"""An XCom read of this run: ``(task_id, key) -> value``."""
 
 
-class _SubworkflowTask(AgentLoomStepOperator[SubworkflowStep]):
+class _SubworkflowTask(AgentLoomStepOperator[SubworkflowStep, RenderedT]):
     """What both tasks of a subworkflow show: the label ``subworkflow: child.yaml`` and the colour."""
 
     ui_color = "#e0f2f1"
@@ -62,7 +80,7 @@ class _SubworkflowTask(AgentLoomStepOperator[SubworkflowStep]):
         return f"subworkflow: {PurePath(path).name if path else 'inline'}"
 
 
-class SubworkflowStartOperator(_SubworkflowTask):
+class SubworkflowStartOperator(_SubworkflowTask[dict[str, Any]]):
     """Open a subworkflow: the budget check and the child's start state (see the module doc).
 
     Rendered Templates show an isolated child's ``input``, templated against the parent's state.
@@ -74,53 +92,76 @@ class SubworkflowStartOperator(_SubworkflowTask):
     def unrendered_fields(self) -> Mapping[str, Any]:
         return {"input": self.step.input if self.step.isolated_state else None}
 
-    def render_step(self, context: Context, state: dict[str, Any]) -> None:
-        self.child_start = self.run_context.child(self.step).child_base(state, self.warn_missing)
+    def render_step(self, run: StepRun, state: dict[str, Any]) -> dict[str, Any]:
+        """The state the child starts from."""
+        start = self.run_context.child(self.step).child_base(state, self.warn_missing)
         if self.step.isolated_state:
-            self.show_rendered(input={key: self.child_start.get(key) for key in self.step.input})
+            self.show_rendered(input={key: start.get(key) for key in self.step.input})
+        return start
 
-    def execute_step(self, context: Context, state: dict[str, Any]) -> StepOutcome:
-        child, base = self.run_context.child(self.step), self.child_start
+    def run_step(self, context: Context, prepared: PreparedStep[dict[str, Any]]) -> StepOutcome:
+        child = self.run_context.child(self.step)
         mode = "isolated" if self.step.isolated_state else "a copy of the parent's state"
         self.log.info(
             "Subworkflow %s (%s) starts from %s: keys %s",
             self.step.id,
             child.workflow.name,
             mode,
-            sorted(base),
+            sorted(prepared.rendered),
         )
         return StepOutcome(output=None, extra={"child_workflow": child.workflow.name})
 
 
-class SubworkflowOperator(_SubworkflowTask):
-    """Close a subworkflow: its output, cost, tokens and status from the child's steps."""
+@dataclass
+class ChildOutcome(StepOutcome):
+    """A subworkflow's outcome: the child's output and totals, and how the child ended.
 
-    prepares_in_render: ClassVar[bool] = False  # it reads its scope's state, not a step's (below)
+    :param failed: the child's first failed step's error (None when none failed).
+    :param budget_stopped: the budget's error when it stopped a child step (else None).
+    """
 
-    def execute(self, context: Context) -> Any:
-        from airflow_provider_agentloom.hooks.masking import TaskSecrets
+    failed: str | None = None
+    budget_stopped: str | None = None
 
-        run = StepRun(self, context)
+
+class SubworkflowOperator(_SubworkflowTask[ChildOutcome]):
+    """Close a subworkflow: its output, cost, tokens and status from the child's steps.
+
+    Its prepare phase reads its scope's base state (not a step's: no checks of its own; the
+    ``__start__`` task made them), then the child's results (:class:`ChildOutcome`).
+    """
+
+    def read_state(self, run: StepRun) -> dict[str, Any]:
         child = self.run_context.child(self.step)
-        with run.guard():
-            inherited: list[str] = []
-            base = child.scope_base(run.reader, run.overrides(), self.warn_missing, inherited)
-            run.secrets = TaskSecrets(child.workflow, base, inherited)
-            results = child_results(child, run.pull, _task_states(run, child))
-            outcome = child_outcome(self.step, base, child, results)
-            failed, stopped = outcome.extra.pop("failed"), outcome.extra.pop("budget_stopped")
-            if failed is None and stopped is None:
-                return run.succeed(outcome)
-            run.spent(outcome.token_usage, outcome.cost_usd, **outcome.extra)
-            if failed is None:
-                run.end_as(StepStatus.SKIPPED, stopped, budget_exceeded=True)
-                self.log.error("Subworkflow %s was stopped by the budget: %s", self.step.id, stopped)
-                raise AirflowFailException(stopped)
-            raise StepError(failed, retryable=False)
-        raise AssertionError("unreachable")  # pragma: no cover - guard re-raises
+        inherited: list[str] = []
+        base = child.scope_base(run.reader, run.overrides(), self.warn_missing, inherited)
+        run.secrets = TaskSecrets(child.workflow, base, inherited)
+        return base
+
+    def render_step(self, run: StepRun, state: dict[str, Any]) -> ChildOutcome:
+        child = self.run_context.child(self.step)
+        results = child_results(child, run.pull, _task_states(run, child))
+        return child_outcome(self.step, state, child, results)
+
+    def run_step(self, context: Context, prepared: PreparedStep[ChildOutcome]) -> StepOutcome:
+        return prepared.rendered
+
+    def finish(self, context: Context, prepared: PreparedStep[ChildOutcome], outcome: StepOutcome) -> Any:
+        """Succeed when every child step did; otherwise fail (not retried) or stop as the budget did."""
+        child, run = prepared.rendered, prepared.run
+        if child.failed is None and child.budget_stopped is None:
+            return run.succeed(child)
+        run.spent(child.token_usage, child.cost_usd, **child.extra)
+        if child.failed is None:
+            stopped = child.budget_stopped
+            assert stopped is not None
+            run.end_as(StepStatus.SKIPPED, stopped, budget_exceeded=True)
+            self.log.error("Subworkflow %s was stopped by the budget: %s", self.step.id, stopped)
+            raise AirflowFailException(stopped)
+        raise StepError(child.failed, retryable=False)
 
 
-def _task_states(run: StepRun[SubworkflowStep], child: Scope) -> dict[str, str]:
+def _task_states(run: StepRun, child: Scope) -> dict[str, str]:
     """The Airflow state of each task of the child's steps."""
     return run.reader.task_states([tid for sid in child.graph.steps for tid in _tasks_of(child, sid)])
 
@@ -140,7 +181,7 @@ class ChildResults(list[tuple[str, str | None, StepResult]]):
         self.budget_stopped: list[str] = []
 
 
-def child_results(child: Scope, pull: Any, states: Mapping[str, str]) -> ChildResults:
+def child_results(child: Scope, pull: Pull, states: Mapping[str, str]) -> ChildResults:
     """The result of each child step, in upstream order (see :class:`ChildResults`)."""
     out = ChildResults()
     for step_id in child.graph.order:
@@ -187,14 +228,10 @@ def child_outcome(
     base: Mapping[str, Any],
     child: Scope,
     results: ChildResults | Iterable[tuple[str, str | None, StepResult]],
-) -> StepOutcome:
-    """The subworkflow's outcome: the child's final state (or ``return_keys``) and totals.
-
-    ``extra["failed"]`` is the child's first failed step's error (None when none failed) and
-    ``extra["budget_stopped"]`` the budget's error when it stopped a child step.
-    """
+) -> ChildOutcome:
+    """The subworkflow's outcome: the child's final state (or ``return_keys``), totals and end."""
     rows = list(results)
-    stopped_ids = getattr(results, "budget_stopped", [])
+    stopped_ids = results.budget_stopped if isinstance(results, ChildResults) else []
     state = final_state(base, rows)
     output: Any = state
     if step.return_keys is not None:
@@ -202,16 +239,16 @@ def child_outcome(
     usage = sum((r.token_usage for _, _, r in rows), TokenUsage())
     failed = next((r for _, _, r in rows if r.status in FAILURES), None)
     stopped = next((r for _, _, r in rows if r.step_id in stopped_ids), None)
-    return StepOutcome(
+    return ChildOutcome(
         output=output,
         token_usage=usage,
         cost_usd=round(sum(r.cost_usd for _, _, r in rows), 10),
         extra={
             "child_workflow": child.workflow.name,
             "child_steps": {r.step_id: r.status.value for _, _, r in rows},
-            "failed": (failed.error or f"step {failed.step_id!r} {failed.status.value}") if failed else None,
-            "budget_stopped": stopped.error if stopped is not None else None,
         },
+        failed=(failed.error or f"step {failed.step_id!r} {failed.status.value}") if failed else None,
+        budget_stopped=stopped.error if stopped is not None else None,
     )
 
 

@@ -347,14 +347,16 @@ def test_each_step_stores_its_rendered_fields_once_and_before_it_runs(
 
     monkeypatch.setattr(InProcessSupervisorComms, "send", counting_send)
     seen_while_running: dict[str, dict[str, Any]] = {}
-    run_step = AgentLoomStepOperator.step_run
+    prepared_step = AgentLoomStepOperator.prepared_step
 
-    def step_run(self: Any, context: Any) -> Any:  # what the UI shows as the step starts its work
+    def step_run(
+        self: Any, context: Any, **kwargs: Any
+    ) -> Any:  # what the UI shows as the step starts its work
         ti = context["ti"]
         seen_while_running[ti.task_id] = _stored_fields(ti.dag_id, ti.run_id, ti.task_id)
-        return run_step(self, context)
+        return prepared_step(self, context, **kwargs)
 
-    monkeypatch.setattr(AgentLoomStepOperator, "step_run", step_run)
+    monkeypatch.setattr(AgentLoomStepOperator, "prepared_step", step_run)
     workflow = load_workflow(_write(tmp_path, STORED_ONCE))
     dag_run = run_dag_test(build_dag(workflow, working_dir=str(tmp_path / "work"), discover_tools=False))
 

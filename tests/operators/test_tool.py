@@ -115,7 +115,7 @@ def test_the_step_timeout_covers_the_state_read_and_execute_gets_what_is_left(
     still bounds the whole attempt."""
     import time
 
-    from airflow_provider_agentloom.operators.lifecycle import StepRun
+    from airflow_provider_agentloom.operators.base import StepRun
     from airflow_provider_agentloom.operators.tool import ToolStepOperator
 
     path = tmp_path / "slow.yaml"
