@@ -21,7 +21,6 @@ from airflow_provider_agentloom.plan.ids import path_segment
 from airflow_provider_agentloom.plan.scope import Scope
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.tools.registry import ToolRegistry, discover_entry_point_tools
-from airflow_provider_agentloom.workflow.redaction import Mask
 
 if TYPE_CHECKING:
     from airflow_provider_agentloom.tools.sandbox.kernel import KernelSandboxMode
@@ -144,28 +143,6 @@ class WorkflowRunContext(Scope):
 
         return ToolSandbox(
             **self.sandbox_config(base_dir).model_dump(), base_dir=base_dir, kernel_sandbox=_kernel_sandbox()
-        )
-
-    def gateway(self, base_dir: Path, *, mask: Mask | None = None) -> tuple[Any, str | None]:
-        """The model gateway of an LLM step and the connection's default model (if any).
-
-        :param mask: masks the task's secrets out of what a ``--record`` file keeps.
-        """
-        if self.provider_gateway is not None:
-            return self.provider_gateway, None
-        from airflow_provider_agentloom.hooks.llm import build_gateway
-
-        config = self.workflow.config
-        return build_gateway(
-            config,
-            base_dir=base_dir,
-            conn_id=config.airflow.llm_conn_id,
-            provider_override=self.llm.provider,
-            mock_responses=self.llm.mock_responses,
-            record_path=self.llm.record_path,
-            record_tools=self.llm.record_tools,
-            workflow_source=self.workflow.source_path,
-            mask=mask,
         )
 
     def model_for(self, step: Any, connection_model: str | None) -> str:
