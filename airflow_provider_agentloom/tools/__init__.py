@@ -1,4 +1,7 @@
-"""Tools: ``@tool``, ``BaseTool`` and ``ToolRegistry`` (the spec page's names); built-ins and the sandbox."""
+"""Tools: ``@tool``, ``BaseTool`` and ``ToolRegistry`` (the spec page's names); built-ins and the sandbox.
+
+Pure: no Airflow import. Tool steps and model tool calls both run tools through :func:`.invoke.invoke_tool`.
+"""
 
 from __future__ import annotations
 
