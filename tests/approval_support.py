@@ -102,7 +102,7 @@ def response_recorded(ti: Any) -> bool:
     """Whether the gate ``ti`` (a task instance of a ``dag.test()`` run) has its answer stored."""
     from airflow.utils.session import create_session
 
-    from airflow_provider_agentloom.runner.approvals import gate_instance
+    from airflow_provider_agentloom._airflow import gate_instance
 
     with create_session() as session:
         stored = gate_instance(

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
+from airflow.sdk.types import RuntimeTaskInstanceProtocol
 from airflow_support import run_dag_test, task_states, xcom
 
 from airflow_provider_agentloom import WorkflowEngine, WorkflowParser
@@ -303,5 +304,7 @@ def test_the_budget_reads_the_spend_of_model_steps_only(tmp_path: Path) -> None:
         }
     )
     run_context = dag.task_dict["asking"].run_context
-    assert recorded_spend(ti, run_context, exclude="asking") == pytest.approx(0.02)
+    assert recorded_spend(
+        cast("RuntimeTaskInstanceProtocol", ti), run_context, exclude="asking"
+    ) == pytest.approx(0.02)
     assert sorted(ti.calls) == [("asked", META_KEY), ("asked", SPEND_KEY)]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
 from airflow_provider_agentloom.operators.state_reads import SourceReader
 from airflow_provider_agentloom.workflow.results import META_KEY
@@ -53,13 +54,13 @@ def test_result_is_the_metadata_first_reads_result(
     task_id: str, expected: tuple[str, Any] | None, requests: int
 ) -> None:
     ti = FakeTI(XCOMS)
-    assert SourceReader(ti).result(task_id) == expected
+    assert SourceReader(cast("RuntimeTaskInstanceProtocol", ti)).result(task_id) == expected
     assert len(ti.calls) == requests
 
 
 def test_each_xcom_is_read_once() -> None:
     ti = FakeTI(XCOMS)
-    reader = SourceReader(ti)
+    reader = SourceReader(cast("RuntimeTaskInstanceProtocol", ti))
     assert reader.result("failed") == ("failed", None)
     assert reader.result("failed") == ("failed", None)  # the second answer comes from what was read
     assert reader.pull("failed", META_KEY) == meta("failed", error="boom")

@@ -20,7 +20,7 @@ from cli_support import fresh_python_json
 from airflow_provider_agentloom.runner.warm.preload import TASK_MODULES
 from airflow_provider_agentloom.serve.stack import PRELOAD_VARIABLE, component_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # tests/runner/warm/ → the checkout
 
 LOAD_THE_PRELOAD_PLUGIN = """
 import json, sys
