@@ -82,7 +82,9 @@ def sent_keys(server: LoopbackServer) -> list[str | None]:
     return [r["headers"].get("idempotency-key") for r in server.recorded.requests]
 
 
-async def test_a_call_with_a_place_sends_its_key_on_every_attempt(server: LoopbackServer, tmp_path: Path) -> None:
+async def test_a_call_with_a_place_sends_its_key_on_every_attempt(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
     registry = registry_for(tmp_path)
     for _ in range(2):
         await invoke_tool(registry, "http_request", {"url": server.url(), "method": "POST"}, place=PLACE)
