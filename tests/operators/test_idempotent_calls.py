@@ -180,3 +180,29 @@ def test_a_model_tool_call_sends_the_same_key_on_the_retry_and_each_call_its_own
     assert billed[0] is not None
     assert billed == [billed[0]] * 2
     assert booked[0] != billed[0]
+
+
+def test_a_retry_keeps_the_task_s_place_and_a_clear_or_another_map_index_changes_it() -> None:
+    """The ids come from the task instance: retries share a run of attempts, a clear starts another."""
+    from types import SimpleNamespace
+
+    from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
+
+    operator = SimpleNamespace(retries=2)
+
+    def key(try_number: int, max_tries: int, map_index: int = -1) -> str:
+        ti = SimpleNamespace(
+            dag_id="d",
+            run_id="r",
+            task_id="t",
+            map_index=map_index,
+            try_number=try_number,
+            max_tries=max_tries,
+        )
+        place = AgentLoomStepOperator.call_place(operator, {"ti": ti})  # type: ignore[arg-type, typeddict-item]
+        return place.idempotency_key()
+
+    first = key(1, 2)
+    assert key(2, 2) == key(3, 2) == first  # the retries of the first run of attempts
+    assert key(4, 5) != first  # cleared after try 3: Airflow raises max_tries to 3 + retries
+    assert key(1, 2, map_index=0) != first
