@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "OnToolCall",
     "registry_executor",
     "run_tool_loop",
+    "tool_call_position",
     "tool_specs_for_agent",
     "tool_specs_for_llm_call",
 ]
@@ -53,6 +55,19 @@ ExecuteTool = Callable[[str, dict[str, Any]], Awaitable[object]]
 
 OnToolCall = Callable[[ToolCallRecord], Awaitable[None] | None]
 """Called once per finished tool call, in the order the model asked for them."""
+
+# Set in the task that runs one tool call, so only that call's ``execute_tool`` sees it.
+_POSITION: ContextVar[tuple[int, int] | None] = ContextVar("agentloom_tool_call_position", default=None)
+
+
+def tool_call_position() -> tuple[int, int] | None:
+    """Inside ``execute_tool``: ``(round, index)`` of the call being run, else None.
+
+    ``round`` counts the model's replies that asked for tools, from 1; ``index`` is the call's
+    place in that reply, from 0. With the model's replies kept across retries, a retry meets the
+    same call at the same position (the ``Idempotency-Key`` of ``http_request`` is built on it).
+    """
+    return _POSITION.get()
 
 
 class LoopResult(BaseModel):
@@ -152,7 +167,7 @@ async def run_tool_loop(
             finish_reason = "max_tool_iterations"
             break
         rounds += 1
-        batch = await _run_calls(response, execute_tool, policy)
+        batch = await _run_calls(response, execute_tool, policy, rounds)
         for call, record in zip(response.tool_calls, batch, strict=True):
             messages.append(
                 Message.tool_result(call, record.content_for_model(), is_error=record.error is not None)
@@ -197,7 +212,7 @@ class _CallPolicy:
 
 
 async def _run_calls(
-    response: ChatResponse, execute_tool: ExecuteTool, policy: _CallPolicy
+    response: ChatResponse, execute_tool: ExecuteTool, policy: _CallPolicy, round_number: int
 ) -> list[ToolCallRecord]:
     calls = response.tool_calls
     results: list[ToolCallRecord] = [
@@ -216,6 +231,7 @@ async def _run_calls(
             started = time.perf_counter()
             result: object = None
             error: str | None = None
+            _POSITION.set((round_number, index))
             try:
                 result = await execute_tool(call.name, dict(call.arguments))
             except Exception as exc:  # every tool failure goes back to the model (seed page)

@@ -48,6 +48,7 @@ from airflow_provider_agentloom.exceptions import AgentLoomError, BudgetExceeded
 from airflow_provider_agentloom.hooks.masking import TaskSecrets
 from airflow_provider_agentloom.operators.budget import recorded_spend
 from airflow_provider_agentloom.operators.state_reads import SourceReader, in_a_task_process
+from airflow_provider_agentloom.tools.idempotency import CallPlace
 from airflow_provider_agentloom.tools.invoke import describe_tool_call
 from airflow_provider_agentloom.workflow.models import StepModel
 from airflow_provider_agentloom.workflow.redaction import redacted_key_patterns, secret_state_keys
@@ -440,6 +441,22 @@ class AgentLoomStepOperator(BaseOperator, Generic[StepT, RenderedT]):
             if name not in self.template_fields:
                 raise AssertionError(f"{name!r} is not a template field of {type(self).__name__}")
             setattr(self, name, self.secrets.mask(value))
+
+    def call_place(self, context: Context) -> CallPlace:
+        """Where this task's tool calls stand in the run, in plain ids (``tools/`` knows no Airflow).
+
+        The same on every retry; a person's clear starts a new ``series`` (see
+        :func:`attempt_sequence`), as it asks for the work to be done again.
+        """
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", None)
+        return CallPlace(
+            dag_id=ti.dag_id,
+            run_id=ti.run_id,
+            task_id=ti.task_id,
+            map_index=-1 if map_index is None else int(map_index),
+            series=attempt_sequence(ti, self.retries),
+        )
 
     def log_tool_call(
         self, registry: ToolRegistry, name: str, arguments: Mapping[str, Any], **outcome: Any

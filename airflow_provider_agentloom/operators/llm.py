@@ -46,6 +46,7 @@ from airflow_provider_agentloom.operators.budget import (
     recorded_spend,
 )
 from airflow_provider_agentloom.settings import max_parallel_tool_calls, max_tool_calls_per_reply
+from airflow_provider_agentloom.tools.idempotency import CallPlace
 from airflow_provider_agentloom.tools.invoke import invoke_tool
 from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
 from airflow_provider_agentloom.workflow.results import TokenUsage
@@ -85,6 +86,7 @@ class _ModelCall:
     client: ChatClient
     registry: ToolRegistry | None
     tool_limits: tuple[int, int] = (1, 1)
+    place: CallPlace | None = None  # the task's place in the run; each tool call adds its own
 
 
 class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
@@ -168,7 +170,9 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         )
         guard = self._budget_guard(client, context)
         limits = (max_parallel_tool_calls(), max_tool_calls_per_reply())
-        call = _ModelCall(rendered, prepared.state, guard or client, registry, limits)
+        call = _ModelCall(
+            rendered, prepared.state, guard or client, registry, limits, self.call_place(context)
+        )
         try:
             return anyio.run(self._call_model, call)
         except BudgetExceededError:
@@ -217,7 +221,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         started = time.monotonic()
         try:
             if registry is not None:
-                outcome = await self._loop(client, request, registry, on_chunk, call.tool_limits)
+                outcome = await self._loop(client, request, registry, on_chunk, call.tool_limits, call.place)
             else:
                 response = await (
                     client.stream(request, on_chunk) if request.stream else client.complete(request)
@@ -248,19 +252,28 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         registry: ToolRegistry,
         on_chunk: OnChunk | None,
         tool_limits: tuple[int, int],
+        place: CallPlace | None = None,
     ) -> StepOutcome:
         secrets = self.secrets
+        from airflow_provider_agentloom.llm.loop import run_tool_loop, tool_call_position
 
         async def execute(name: str, arguments: dict[str, Any]) -> Any:
+            # The call's place: its reply's round and its index there, which a retry meets again
+            # because the model's replies are kept (KeptReplies), so http_request's key repeats.
+            position = tool_call_position()
+            at = (
+                None
+                if place is None or position is None
+                else place.at(f"round {position[0]} call {position[1]}")
+            )
             # What a tool returns or raises goes back to the model: no secret goes with it.
             try:
-                result = await invoke_tool(registry, name, arguments)
+                result = await invoke_tool(registry, name, arguments, place=at)
             except Exception as exc:
                 raise ToolError(secrets.mask_text(str(exc) or type(exc).__name__)) from None
             return secrets.mask(result)
 
         parallel, per_reply = tool_limits
-        from airflow_provider_agentloom.llm.loop import run_tool_loop
 
         result = await run_tool_loop(
             client,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,7 +91,9 @@ class ToolStepOperator(AgentLoomStepOperator[ToolStep, ToolCall]):
         registry = self.run_context.build_registry(base_dir)
         started = time.monotonic()
         try:
-            output = anyio.run(invoke_tool, registry, name, arguments)
+            output = anyio.run(
+                functools.partial(invoke_tool, registry, name, arguments, place=self.call_place(context))
+            )
         except Exception as exc:  # the step's error line follows, with the message
             elapsed = (time.monotonic() - started) * 1000
             self.log_tool_call(registry, name, arguments, error=type(exc).__name__, duration_ms=elapsed)

@@ -12,6 +12,7 @@ import anyio.to_thread
 
 from airflow_provider_agentloom._os.process import run_shell
 from airflow_provider_agentloom.tools.base import BaseTool, JSONSchema, approx_size, describe_value, text_size
+from airflow_provider_agentloom.tools.idempotency import IDEMPOTENCY_HEADER, current_place
 from airflow_provider_agentloom.tools.registry import ToolRegistry
 from airflow_provider_agentloom.tools.sandbox.hosts import shown_url
 from airflow_provider_agentloom.tools.sandbox.kernel import KernelPlan, check_report, plan_for
@@ -76,7 +77,12 @@ class _BuiltinTool(BaseTool):
 
 
 class HttpRequestTool(_BuiltinTool):
-    """``http_request``: one HTTP request; any status is a result, redirects are not followed."""
+    """``http_request``: one HTTP request; any status is a result, redirects are not followed.
+
+    Called with a place (a tool step, a model's tool call), it sends an ``Idempotency-Key`` header
+    that is the same on every attempt of that call, unless the arguments set one themselves (in
+    any case) or say ``idempotency_key: false``.
+    """
 
     name = "http_request"
     description = "Make an HTTP request and return its status code, headers and body as text."
@@ -93,12 +99,21 @@ class HttpRequestTool(_BuiltinTool):
     }
 
     async def execute(self, **kwargs: Any) -> Any:
+        # A switch for the workflow, not an argument the model is told about: it stays out of the schema.
+        keyed = kwargs.pop("idempotency_key", True)
+        if not isinstance(keyed, bool):
+            raise TypeError(
+                f"http_request: 'idempotency_key' must be true or false, not {type(keyed).__name__}"
+            )
         args = _arguments(self.name, kwargs, self.parameters_schema)
         url = _string(self.name, "url", args["url"])
         method = _string(self.name, "method", args.get("method", "GET")).upper()
         if method not in HTTP_METHODS:
             raise ValueError(f"http_request: method {method!r} is not one of {', '.join(HTTP_METHODS)}")
         headers = _headers(args.get("headers"))
+        place = current_place() if keyed else None
+        if place is not None and not any(name.lower() == IDEMPOTENCY_HEADER.lower() for name in headers):
+            headers[IDEMPOTENCY_HEADER] = place.idempotency_key()
         body = args.get("body")
         seconds = _seconds(self.name, args.get("timeout", DEFAULT_TIMEOUT))
         request: dict[str, Any] = {"headers": headers}

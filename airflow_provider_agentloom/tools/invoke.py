@@ -10,13 +10,23 @@ from typing import Any
 
 from airflow_provider_agentloom import observability
 from airflow_provider_agentloom.exceptions import AgentLoomError, ToolError, ToolNotFoundError
+from airflow_provider_agentloom.tools.idempotency import CallPlace, calling_from
 from airflow_provider_agentloom.tools.registry import ToolRegistry
 
 __all__ = ["describe_tool_call", "invoke_tool"]
 
 
-async def invoke_tool(registry: ToolRegistry, name: str, arguments: Mapping[str, Any] | None = None) -> Any:
+async def invoke_tool(
+    registry: ToolRegistry,
+    name: str,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    place: CallPlace | None = None,
+) -> Any:
     """Run the tool called ``name`` with ``arguments`` and return what it returns.
+
+    ``place`` is where the call stands in a run (the operators give it); the tool reads it with
+    ``current_place()`` while it runs (``http_request`` derives its ``Idempotency-Key`` from it).
 
     - an unregistered name raises ``ToolNotFoundError`` (fails at once);
     - our own errors, ``SandboxViolationError`` included, pass through unchanged;
@@ -30,7 +40,8 @@ async def invoke_tool(registry: ToolRegistry, name: str, arguments: Mapping[str,
     kwargs = dict(arguments or {})
     with observability.tool_span(name) as record:
         try:
-            result = await tool.execute(**kwargs)
+            with calling_from(place):
+                result = await tool.execute(**kwargs)
         except AgentLoomError:
             raise
         except Exception as exc:
