@@ -64,7 +64,7 @@ def test_a_bounded_workflow_costs_what_the_arithmetic_says(tmp_path: Path) -> No
     bound = cost_bound(load_workflow(write(tmp_path, BOUNDED)), pricing=PRICES)
     ask, look, act = bound.steps
     providers = 4  # openai: at most one provider per vendor (OpenAI, Anthropic, Google, Ollama)
-    assert MOST_PROVIDERS == providers
+    assert providers == MOST_PROVIDERS
 
     # ask: one call per attempt, 3 attempts, 4 providers; 10,000 tokens in at $0.001/1K, 500 out at $0.002/1K.
     assert (ask.turns, ask.attempts, ask.providers, ask.calls) == (1, 3, 4, 1 * 3 * 4)
@@ -84,7 +84,8 @@ def test_a_bounded_workflow_costs_what_the_arithmetic_says(tmp_path: Path) -> No
 
     assert bound.calls == 12 + 16 + 40
     assert bound.usd == pytest.approx(0.132 + 1.12 + 0.576)  # $1.828
-    assert not bound.over(1.83) and bound.over(1.82)
+    assert not bound.over(1.83)
+    assert bound.over(1.82)
 
     assert cost_lines(bound) == [
         "ask (llm_call, cheap): 12 model calls = 1 turn × 3 attempts × 4 providers; "
@@ -137,7 +138,8 @@ def test_each_missing_figure_is_named_and_the_run_has_no_dollar_bound(tmp_path: 
     assert by_id["fine"].usd == pytest.approx(1 * (10_000 * 0.001 + 10 * 0.002) / 1000)
     # Model calls stay bounded: every loop has a cap, every retry count a maximum.
     assert by_id["thinker"].calls == (5 + 1) * (3 + 1) * 1
-    assert bound.usd is None and bound.over(1_000_000)
+    assert bound.usd is None
+    assert bound.over(1_000_000)
     lines = cost_lines(bound)
     assert (
         lines[0]
@@ -175,8 +177,10 @@ steps:
     top, mid, leaf = bound.steps
     # top and mid: 1 × 1 × 4 calls of the default model (the inline child names none: gpt-4o-mini
     # is its config.model's default, which PRICES does not list).
-    assert top.calls == 4 and top.usd == pytest.approx(4 * (10_000 * 0.001 + 50 * 0.002) / 1000)
-    assert mid.model == "gpt-4o-mini" and mid.usd is None
+    assert top.calls == 4
+    assert top.usd == pytest.approx(4 * (10_000 * 0.001 + 50 * 0.002) / 1000)
+    assert mid.model == "gpt-4o-mini"
+    assert mid.usd is None
     # leaf: the child file's own provider (mock: 1) and model (dear), 2 attempts.
     assert (leaf.model, leaf.calls) == ("dear", 1 * 2 * 1)
     assert leaf.usd == pytest.approx(2 * (4_000 * 0.01 + 100 * 0.03) / 1000)
@@ -186,7 +190,9 @@ steps:
 def test_a_workflow_without_model_steps_has_no_lines(tmp_path: Path) -> None:
     flow = write(tmp_path, "name: t\nsteps:\n  - {id: a, type: tool, tool_name: file_read}\n")
     bound = cost_bound(load_workflow(flow), pricing=PRICES)
-    assert bound.steps == () and bound.calls == 0 and bound.usd == 0
+    assert bound.steps == ()
+    assert bound.calls == 0
+    assert bound.usd == 0
 
 
 def test_a_pricing_file_may_give_a_context_window_and_keeps_the_bundled_one_otherwise() -> None:
@@ -195,8 +201,10 @@ def test_a_pricing_file_may_give_a_context_window_and_keeps_the_bundled_one_othe
     override = PricingTable.from_mapping({"gpt-4o-mini": {"input": 1, "output": 2}, "mine": {"context": 7}})
     merged = bundled.merged(override)
     price = merged.price_for("gpt-4o-mini")
-    assert price is not None and (price.input, price.context) == (1.0, 128_000)
+    assert price is not None
+    assert (price.input, price.context) == (1.0, 128_000)
     mine = merged.price_for("mine")
-    assert mine is not None and mine.context == 7
+    assert mine is not None
+    assert mine.context == 7
     with pytest.raises(ValueError, match="x: context must be a whole number"):
         PricingTable.from_mapping({"x": {"input": 1, "output": 1, "context": 1.5}}, source="x")
