@@ -31,15 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from airflow_provider_agentloom.llm.factory import VENDORS
-from airflow_provider_agentloom.llm.pricing import ModelPrice, PricingTable, default_pricing
 from airflow_provider_agentloom.workflow.models import (
     AgentStep,
     LLMCallStep,
     SubworkflowStep,
     Workflow,
 )
+
+if TYPE_CHECKING:
+    # Imported when a workflow has a model step: dag/build.py imports this module at every parse,
+    # and a tools-only DAG never loads the model clients' modules.
+    from airflow_provider_agentloom.llm.pricing import ModelPrice, PricingTable
 
 __all__ = [
     "MOST_PROVIDERS",
@@ -51,12 +55,14 @@ __all__ = [
     "run_line",
     "step_line",
     "usd",
+    "uses_models",
 ]
 
-MOST_PROVIDERS = len(set(VENDORS.values()))
+MOST_PROVIDERS = 4
 """The most providers one model call may go to: a step's gateway registers at most one per vendor
-(OpenAI, Anthropic, Google, Ollama; ``hooks.gateway``), and each may serve any model name when it
-sits at another endpoint than its vendor's."""
+(OpenAI, Anthropic, Google, Ollama: ``hooks.gateway``, the provider classes of ``llm.factory``, a
+test holds them equal), and each may serve any model name when it sits at another endpoint than its
+vendor's."""
 
 MIN_THINKING_BUDGET = 1024
 """Anthropic's smallest thinking budget: a smaller ``budget_tokens`` is raised to it (``llm.anthropic``)."""
@@ -137,8 +143,21 @@ def cost_bound(
     """
     if providers is not None and providers < 1:
         raise ValueError("providers must be 1 or more")
+    if pricing is None and uses_models(workflow):
+        from airflow_provider_agentloom.llm.pricing import default_pricing
+
+        pricing = default_pricing()
     steps = tuple(_step_bounds(workflow, "", providers, pricing))
     return CostBound(steps=steps, budget_usd=workflow.config.budget_usd)
+
+
+def uses_models(workflow: Workflow) -> bool:
+    """Whether a step of ``workflow`` (or of a subworkflow of it, at any depth) calls a model."""
+    return any(
+        isinstance(step, LLMCallStep | AgentStep)
+        or (isinstance(step, SubworkflowStep) and uses_models(step.child))
+        for step in workflow.steps
+    )
 
 
 def _step_bounds(
@@ -150,7 +169,8 @@ def _step_bounds(
             # The child's steps are tasks of the same run, each with its own retries and config.
             yield from _step_bounds(step.child, f"{prefix}{step.id}.", providers, pricing)
         elif isinstance(step, LLMCallStep | AgentStep):
-            yield _bound(step, f"{prefix}{step.id}", workflow, scope_providers, pricing or default_pricing())
+            assert pricing is not None  # cost_bound loads the table for a workflow with model steps
+            yield _bound(step, f"{prefix}{step.id}", workflow, scope_providers, pricing)
 
 
 def _bound(
