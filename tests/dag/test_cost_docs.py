@@ -42,3 +42,15 @@ def test_a_dag_without_model_steps_has_no_cost_section(tmp_path: Path) -> None:
     flow = tmp_path / "flow.yaml"
     flow.write_text("name: tools\nsteps:\n  - {id: a, type: tool, tool_name: file_read}\n", encoding="utf-8")
     assert "Worst-case cost" not in (build_dag(load_workflow(flow), discover_tools=False).doc_md or "")
+
+
+def test_a_broken_pricing_file_leaves_the_dag_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "prices.yaml"
+    bad.write_text("cheap: {input: 0.001, output: 0.002, context: -5}\n", encoding="utf-8")
+    monkeypatch.setenv(PRICING_ENV, str(bad))
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("name: d\nsteps:\n  - {id: ask, type: llm_call, prompt: hi}\n", encoding="utf-8")
+    docs = build_dag(load_workflow(flow), discover_tools=False).doc_md or ""
+    assert f"Not computed: {bad}: cheap: context must be a whole number of tokens (1 or more)" in docs
