@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -147,6 +148,18 @@ def _parser() -> argparse.ArgumentParser:
         help="check workflow files as the Airflow loader does (their DAG is built); exit 1 if one is invalid",
     )
     validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument(
+        "--max-cost",
+        type=_dollars,
+        metavar="USD",
+        help="exit 1 when a run's worst-case cost is higher than USD, or has no bound",
+    )
+    validate.add_argument(
+        "--providers",
+        type=_positive_int,
+        metavar="N",
+        help="the model providers your deployment configures (default: 1 for provider mock, else 4)",
+    )
     validate.set_defaults(handler=Command("validate", "validate"))
 
     run = commands.add_parser("run", help="run a workflow through Airflow in-process")
@@ -218,6 +231,28 @@ def _parser() -> argparse.ArgumentParser:
     _add_serve_command(commands)
     _add_schema_command(commands)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    """An argument that must be a whole number, 1 or more (argparse turns the error into exit 2)."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more: {text!r}")
+    return number
+
+
+def _dollars(text: str) -> float:
+    """An amount of US dollars: a finite number, not negative."""
+    try:
+        amount = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(amount) or amount < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite amount, 0 or more: {text!r}")
+    return amount
 
 
 def _add_run_options(command: argparse.ArgumentParser) -> None:

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from airflow_provider_agentloom.exceptions import ValidationIssue
+from airflow_provider_agentloom.plan.cost import uses_models
 from airflow_provider_agentloom.workflow.graph import StepGraph
 from airflow_provider_agentloom.workflow.lint import Finding
 from airflow_provider_agentloom.workflow.models import (
-    AgentStep,
-    LLMCallStep,
     SubworkflowStep,
     Workflow,
     schedule_text,
@@ -103,15 +102,6 @@ def _masked(value: Any, output_key: str | None, patterns: tuple[str, ...]) -> An
 def _one_line(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return re.sub(r"\s+", " ", text).strip()
-
-
-def uses_models(workflow: Workflow) -> bool:
-    """Whether a step of ``workflow`` (or of a subworkflow of it, at any depth) calls a model."""
-    return any(
-        isinstance(step, (LLMCallStep, AgentStep))
-        or (isinstance(step, SubworkflowStep) and uses_models(step.child))
-        for step in workflow.steps
-    )
 
 
 def validation_report(

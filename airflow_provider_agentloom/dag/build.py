@@ -3,7 +3,8 @@
 A subworkflow step becomes a TaskGroup holding its child's steps as tasks of the same DAG,
 recursively, between a ``__start__`` and an ``__end__`` task (see ``operators.subworkflow``).
 
-``build_dag`` does no I/O and reads no Airflow configuration: it runs at every parse of the
+``build_dag`` does no I/O (but the price table of the docs' worst-case cost, read once per process)
+and reads no Airflow configuration: it runs at every parse of the
 dags folder and at every task start on the workers. What Airflow itself would refuse (ids, tags,
 the schedule) is refused first by :mod:`~airflow_provider_agentloom.dag.checks`, with the line.
 """
@@ -27,6 +28,7 @@ from airflow_provider_agentloom.operators import registry
 from airflow_provider_agentloom.operators.base import AgentLoomStepOperator
 from airflow_provider_agentloom.operators.services import WorkflowRunContext
 from airflow_provider_agentloom.operators.subworkflow import SubworkflowOperator, SubworkflowStartOperator
+from airflow_provider_agentloom.plan.cost import cost_bound, cost_lines
 from airflow_provider_agentloom.plan.ids import ENTER_TASK, RESULT_TASK, safe_id
 from airflow_provider_agentloom.tools.base import BaseTool
 from airflow_provider_agentloom.workflow.graph import StepGraph
@@ -363,14 +365,32 @@ def _default_description(key: str, secret: bool) -> str:
 
 
 def dag_doc(workflow: Workflow) -> str:
-    """The DAG's docs: its description and the YAML source."""
+    """The DAG's docs: its description, its worst-case cost (as ``agentloom validate`` prints it) and
+    the YAML source."""
     parts = [f"# {workflow.name}", workflow.description.strip()]
+    parts.append(_cost_doc(workflow))
     if workflow.source_text:
         source = workflow.source_path or "workflow"
         # A redacted state value written in the file stays out of the DAG's docs (and so the UI).
         text = written_secrets(workflow.state, workflow.state_schema).mask_text(workflow.source_text.rstrip())
         parts.append(f"Source: `{source}`\n\n```yaml\n{text}\n```")
     return "\n\n".join(part for part in parts if part)
+
+
+def _cost_doc(workflow: Workflow) -> str:
+    """The worst-case lines of a workflow that calls a model (empty for one that calls none)."""
+    try:
+        bound = cost_bound(workflow)
+    except (OSError, ValueError) as exc:
+        # A broken $AGENTLOOM_PRICING_FILE fails the model steps when they run; it must not stop
+        # the DAG from loading.
+        return f"## Worst-case cost\n\nNot computed: {exc}"
+    if not bound.steps:
+        return ""
+    lines = "\n".join(cost_lines(bound))
+    return (
+        f"## Worst-case cost\n\nBefore any run, as `agentloom validate` prints it:\n\n```text\n{lines}\n```"
+    )
 
 
 def _first_line(text: str) -> str:

@@ -19,10 +19,14 @@ PRICING_ENV = "AGENTLOOM_PRICING_FILE"
 
 @dataclass(frozen=True, slots=True)
 class ModelPrice:
-    """Prices of one model in USD per 1K tokens."""
+    """Prices of one model in USD per 1K tokens, and its context window in tokens (None: not listed).
+
+    The context window is what ``plan.cost`` bounds a call's prompt by, before a run.
+    """
 
     input: float
     output: float
+    context: int | None = None
 
 
 class PricingTable:
@@ -40,7 +44,8 @@ class PricingTable:
 
     @classmethod
     def from_mapping(cls, data: object, *, source: str = "<mapping>") -> PricingTable:
-        """Build a table from ``{model: {input: x, output: y}}``; raise ``ValueError`` naming a bad entry."""
+        """Build a table from ``{model: {input: x, output: y, context: n}}``; raise ``ValueError`` naming
+        a bad entry (``context``, the context window in tokens, is optional)."""
         if data is None:
             return cls()
         if not isinstance(data, dict):
@@ -56,6 +61,13 @@ class PricingTable:
             if not all(math.isfinite(p) and p >= 0 for p in (price.input, price.output)):
                 # A negative price would make a call's cost negative and get around budget_usd.
                 raise ValueError(f"{source}: {name}: prices must be finite and not negative")
+            context = entry.get("context")
+            if context is not None:
+                if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+                    raise ValueError(
+                        f"{source}: {name}: context must be a whole number of tokens (1 or more)"
+                    )
+                price = ModelPrice(price.input, price.output, context)
             prices[str(name)] = price
         return cls(prices)
 
@@ -81,8 +93,18 @@ class PricingTable:
         return table
 
     def merged(self, other: PricingTable) -> PricingTable:
-        """Return a table with ``other``'s entries taking precedence over this one's."""
-        return PricingTable({**self._prices, **other._prices})
+        """Return a table with ``other``'s entries taking precedence over this one's.
+
+        An entry of ``other`` without ``context`` keeps this table's window for the same name: an
+        override file that only changes prices does not lose the bundled context windows.
+        """
+        prices = dict(self._prices)
+        for name, price in other._prices.items():
+            kept = prices.get(name)
+            if price.context is None and kept is not None and kept.context is not None:
+                price = ModelPrice(price.input, price.output, kept.context)
+            prices[name] = price
+        return PricingTable(prices)
 
     def price_for(self, model: str) -> ModelPrice | None:
         """Return the price of the longest listed prefix of ``model`` (``models/`` stripped), or None."""
