@@ -415,13 +415,20 @@ def _report_broken(path: Path, message: str, dag_id: str) -> DAG:
     return _placeholder_dag(path, message, dag_id)
 
 
+_DESCRIPTION_CHARS = 300
+"""The most of an error's first line a placeholder's description holds: the UI shows it on one line
+(the DAG list and the DAG's overview); the whole error is in its docs and its task."""
+
+
 def _placeholder_dag(path: Path, message: str, dag_id: str) -> DAG:
-    first_line = message.splitlines()[0] if message else "invalid workflow"
+    first_line = next((line.strip() for line in message.splitlines() if line.strip()), "invalid workflow")
+    if len(first_line) > _DESCRIPTION_CHARS:
+        first_line = first_line[: _DESCRIPTION_CHARS - 1] + "…"
     dag = DAG(
         dag_id=dag_id,
         schedule=None,
         tags=[TAG, INVALID_TAG],
-        description=f"Invalid workflow file: {first_line}"[:1000],
+        description=f"Invalid workflow file: {first_line}",
         doc_md=f"# Invalid workflow file\n\n`{path}` does not load:\n\n```\n{message}\n```\n",
     )
     InvalidWorkflowOperator(

@@ -223,6 +223,8 @@ def _timeline(steps: Sequence[StepResult], spans: Mapping[str, reading.Span], no
     for r in steps:
         span = spans.get(r.step_id)
         start, end = (span.start, span.end) if span is not None else (None, None)
+        if r.status.value == "skipped":  # Airflow stamps a skip's start and end: nothing ran
+            start = end = None
         shown = duration(((end or now) - start).total_seconds() * 1000) if start is not None else ""
         rows.append(Span(r.step_id, r.status.value, start, end, shown))
     return timeline(rows, now)
