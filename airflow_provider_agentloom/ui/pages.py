@@ -366,8 +366,9 @@ def spend_page(dag_id: str, report: SpendReport, last: int, cap: int) -> str:
         for r in report.runs
     )
     form = (
-        '<form method="get"><label for="runs">Last</label><input id="runs" type="number" name="runs" min="1" '
-        f'max="{cap}" value="{last}"><span class="muted">runs</span><button type="submit">Show</button></form>'
+        '<form method="get"><label for="runs">Last</label>'
+        f'<input id="runs" type="number" name="runs" min="1" max="{cap}" value="{last}">'
+        '<span class="muted">runs</span><button type="submit">Show</button></form>'
     )
     body = (
         f'<h1>AgentLoom spend</h1><p class="sub">{escape(dag_id)}</p>{form}<div class="cards">{cards}</div>'

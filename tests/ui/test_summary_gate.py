@@ -90,7 +90,9 @@ def test_the_summary_shows_types_the_gate_answer_and_its_wait(tmp_path: Path) ->
     # Every step that ran has a span (the skipped one is drawn without a bar, below).
     for step_id in ("draft", "route", "review"):
         span = view.spans[step_id]
-        assert span.start is not None and span.end is not None and span.start <= span.end
+        assert span.start is not None
+        assert span.end is not None
+        assert span.start <= span.end
 
     html = pages.summary_page(
         dag.dag_id,
@@ -103,8 +105,10 @@ def test_the_summary_shows_types_the_gate_answer_and_its_wait(tmp_path: Path) ->
     )
     assert '<span class="approved">approved</span> by tester' in html
     assert f"waited {pages.duration(waited_ms)}" in html
-    assert "<td>approval_gate</td>" in html and "<td>router</td>" in html
+    assert "<td>approval_gate</td>" in html
+    assert "<td>router</td>" in html
     assert 'data-testid="timeline"' in html
     assert html.count('class="span ') == 3
     assert 'data-step="escalate"' not in html
-    assert 'target="_top"' in html and "plugin/agentloom-spend" in html
+    assert 'target="_top"' in html
+    assert "plugin/agentloom-spend" in html
