@@ -381,7 +381,7 @@ def test_browser_dag_spend_tab(tour: Tour) -> None:
     expect(frame.locator('[data-testid="spend-cost"] .value')).to_have_text("$0.00072")
     expect(frame.locator('[data-testid="spend-tokens"] .value')).to_have_text("3,000")
     expect(frame.locator('[data-testid="run-count"] .value')).to_have_text("2")
-    expect(frame.get_by_role("link", name=SECOND_RUN_ID)).to_be_visible()
+    expect(frame.get_by_role("link", name=SECOND_RUN_ID, exact=True)).to_be_visible()
     # The charts a person sees: a bar per run (each the same $0.00036) and one per day with runs.
     runs_chart = frame.locator('svg[data-testid="chart-runs"]')
     expect(runs_chart).to_be_visible()
@@ -402,7 +402,7 @@ def test_browser_dag_spend_tab(tour: Tour) -> None:
     finally:
         tour.page.emulate_media(color_scheme="light")
     # A run's link opens its summary tab in Airflow's window: the URL and the tab follow.
-    frame.get_by_role("link", name=RUN_ID).click()
+    frame.get_by_role("link", name=RUN_ID, exact=True).click()
     tour.page.wait_for_url(f"**/dags/{DAG_ID}/runs/{RUN_ID}/plugin/agentloom-summary")
     summary = tour.page.frame_locator('iframe[title="AgentLoom summary"]')
     expect(summary.locator('[data-testid="total-cost"] .value')).to_have_text("$0.00036")
@@ -436,13 +436,12 @@ def test_browser_gate_summary(tour: Tour) -> None:
 
 
 def test_browser_placeholder_overview(tour: Tour) -> None:
-    """A broken file's placeholder DAG says its error on its overview page (its description)."""
+    """A broken file's placeholder DAG says its error on its overview page (the page's title)."""
     from playwright.sync_api import expect
 
     tour.goto(f"/dags/{BROKEN_DAG_ID}")
-    expect(
-        tour.page.get_by_text(re.compile("Invalid workflow file: .*allowed_command")).first
-    ).to_be_visible()
+    title = re.compile(rf"^{BROKEN_DAG_ID} \(invalid: broken_sandbox\.yaml:\d+: config\.sandbox")
+    expect(tour.page.get_by_role("heading", name=title)).to_be_visible()
     tour.shoot("8-broken-overview")
 
 

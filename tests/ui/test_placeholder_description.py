@@ -22,6 +22,10 @@ def test_the_description_is_the_errors_first_line(tmp_path: Path) -> None:
     assert "tool_nam" in message
     assert placeholder.description == f"Invalid workflow file: {first}"
     assert "\n" not in placeholder.description
+    # The title of its overview page says it too, naming the file without its folder.
+    assert first.startswith(str(tmp_path / "broken.yaml"))
+    title = f"{placeholder.dag_id} (invalid: broken.yaml{first[len(str(tmp_path / 'broken.yaml')) :]})"
+    assert placeholder.dag_display_name == (title if len(title) <= 120 else title[:119] + "…")
 
 
 def test_a_long_first_line_is_cut_and_blank_lines_are_passed_over(tmp_path: Path) -> None:
@@ -32,3 +36,6 @@ def test_a_long_first_line_is_cut_and_blank_lines_are_passed_over(tmp_path: Path
     assert dag.description.endswith("…")
     assert len(dag.description) == len("Invalid workflow file: ") + loader._DESCRIPTION_CHARS
     assert "second line" in (dag.doc_md or "")
+    prefix = "long_one (invalid: "
+    assert dag.dag_display_name == prefix + "x" * (loader._TITLE_CHARS - 1 - len(prefix)) + "…"
+    assert len(dag.dag_display_name) == loader._TITLE_CHARS
