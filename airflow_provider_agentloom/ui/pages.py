@@ -1,19 +1,22 @@
 """The HTML of the UI plugin's pages: a run's summary and a DAG's spend (no Airflow import).
 
 Every value that comes from a workflow or a run (DAG, run and step ids, model and provider names,
-statuses) goes through :func:`html.escape`; the pages hold no script, and the app serves them
-under a Content-Security-Policy that allows none: the charts are inline SVG drawn here
-(:mod:`.charts`). Step metadata holds no secret (each task masks it before pushing), and no error
+statuses) goes through :func:`html.escape`; the pages hold one fixed script of ours
+(:data:`TAB_LINKS_SCRIPT`, for the tab links) and the app serves them under a
+Content-Security-Policy that allows that one only, by its hash: the charts are inline SVG drawn
+here (:mod:`.charts`). Step metadata holds no secret (each task masks it before pushing), and no error
 text or output is shown here.
 
 Airflow shows each page in an iframe of a tab (``/dags/<dag>/plugin/<route>``, and the same under
-a run). A link from one page to the other opens the other *tab* in the top window, so Airflow's
+a run). A link from one page to the other opens the other *tab* in Airflow's window, so Airflow's
 URL, its tab bar and the iframe stay in step; the link is relative to the page, so it also holds
 under an ``[api] base_url`` with a path.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
@@ -72,11 +75,32 @@ input:focus-visible, button:focus-visible { outline: 2px solid var(--accent); ou
 .span.failed, .span.timeout, .span.upstream_failed { fill: var(--bad); }
 """
 
-CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; "
-    "frame-ancestors 'self'; base-uri 'none'"
+TAB_LINKS_SCRIPT = (
+    'document.addEventListener("click",function(e){'
+    'var a=e.target.closest&&e.target.closest("a[target=_top]");'
+    "if(!a||window.top===window)return;"
+    'try{var t=window.top,s=t.history.state||{},u=new URL(a.getAttribute("href"),document.baseURI);'
+    "if(u.origin!==t.location.origin)return;"
+    't.history.pushState({usr:null,key:Math.random().toString(36).slice(2,10),idx:(s.idx||0)+1},"",u.href);'
+    't.dispatchEvent(new PopStateEvent("popstate",{state:t.history.state}));e.preventDefault();}catch(x){}});'
 )
-"""The pages' policy: no script at all, styles inline, framed only by Airflow's own UI."""
+"""The pages' only script: a click on a tab link moves Airflow's own router to that tab.
+
+Airflow 3.3 frames a plugin's page with ``sandbox="allow-scripts allow-same-origin allow-forms
+allow-downloads"``: no ``allow-top-navigation``, so a plain ``target="_top"`` link is refused, and
+the page can only change itself, out of step with Airflow's URL and tab. Being same-origin, the
+page may push the tab's URL onto Airflow's history and tell its router (a ``popstate``, what the
+back button sends), which shows the tab. Outside a frame, or where that fails, the link is a plain
+``target="_top"`` link. No postMessage, nothing fetched, no data read from Airflow's window.
+"""
+_SCRIPT_HASH = base64.b64encode(hashlib.sha256(TAB_LINKS_SCRIPT.encode()).digest()).decode()
+
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; script-src 'sha256-{_SCRIPT_HASH}'; style-src 'unsafe-inline'; img-src 'self'; "
+    "form-action 'self'; frame-ancestors 'self'; base-uri 'none'"
+)
+"""The pages' policy: no script but :data:`TAB_LINKS_SCRIPT` (by its hash), styles inline, framed
+only by Airflow's own UI."""
 
 
 def usd(amount: float) -> str:
@@ -134,7 +158,8 @@ def _top_link(href: str, text: str) -> str:
 def _page(title: str, body: str) -> str:
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>{body}</body></html>"
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>{body}"
+        f"<script>{TAB_LINKS_SCRIPT}</script></body></html>"
     )
 
 

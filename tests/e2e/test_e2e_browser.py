@@ -403,12 +403,18 @@ def test_browser_dag_spend_tab(tour: Tour) -> None:
         tour.page.emulate_media(color_scheme="light")
     # A run's link opens its summary tab in Airflow's window: the URL and the tab follow.
     frame.get_by_role("link", name=RUN_ID, exact=True).click()
-    tour.page.wait_for_url(f"**/dags/{DAG_ID}/runs/{RUN_ID}/plugin/agentloom-summary")
+    expect(tour.page).to_have_url(re.compile(rf"/dags/{DAG_ID}/runs/{RUN_ID}/plugin/agentloom-summary$"))
     summary = tour.page.frame_locator('iframe[title="AgentLoom summary"]')
     expect(summary.locator('[data-testid="total-cost"] .value')).to_have_text("$0.00036")
     # And back: the summary's link opens the DAG's spend tab.
     summary.get_by_role("link", name=re.compile("^Spend of this DAG")).click()
-    tour.page.wait_for_url(f"**/dags/{DAG_ID}/plugin/agentloom-spend")
+    expect(tour.page).to_have_url(re.compile(rf"/dags/{DAG_ID}/plugin/agentloom-spend$"))
+    expect(
+        tour.page.frame_locator('iframe[title="AgentLoom spend"]').locator("svg.chart").first
+    ).to_be_visible()
+    # The back button goes back to the run's summary tab, as for any other page of Airflow's.
+    tour.page.go_back()
+    expect(tour.page).to_have_url(re.compile(rf"/dags/{DAG_ID}/runs/{RUN_ID}/plugin/agentloom-summary$"))
 
 
 def test_browser_gate_summary(tour: Tour) -> None:
