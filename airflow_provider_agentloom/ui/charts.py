@@ -14,8 +14,8 @@ from datetime import datetime
 from html import escape
 
 WIDTH = 720
-"""The drawing's width in SVG units; the SVG scales to its container (``width="100%"``)."""
-_BAR_AREA = 140  # the bars' height; labels above and below add _PAD each
+"""A drawing's width in SVG units unless told; the SVG scales to its container (``width="100%"``)."""
+_BAR_AREA = 120  # the bars' height; labels above and below add _PAD each
 _PAD = 18
 _ROW = 22  # one step of the timeline
 _LABEL = 170  # the timeline's step-id column
@@ -55,28 +55,28 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def bar_chart(bars: Sequence[Bar], label: str, testid: str) -> str:
-    """A bar chart of ``bars`` left to right; heights relative to the largest value.
+def bar_chart(bars: Sequence[Bar], label: str, testid: str, width: int = WIDTH) -> str:
+    """A bar chart of ``bars`` left to right, ``width`` units wide; heights relative to the largest.
 
     Zero and negative values draw no bar (a run that spent nothing is a label with ``$0.00``).
     """
     if not bars:
         return ""
     top = max((b.value for b in bars), default=0.0)
-    slot = WIDTH / len(bars)
-    width = max(min(slot * 0.7, 64.0), 2.0)
+    slot = width / len(bars)
+    thickness = max(min(slot * 0.7, 48.0), 2.0)
     # A label per bar while they fit; beyond that every n-th, so they do not overlap.
-    every = max(1, round(len(bars) * 90 / WIDTH))
+    every = max(1, round(len(bars) * 90 / width))
     height = _BAR_AREA + 2 * _PAD
-    parts = [f'<line class="axis" x1="0" y1="{_PAD + _BAR_AREA}" x2="{WIDTH}" y2="{_PAD + _BAR_AREA}"/>']
+    parts = [f'<line class="axis" x1="0" y1="{_PAD + _BAR_AREA}" x2="{width}" y2="{_PAD + _BAR_AREA}"/>']
     for i, bar in enumerate(bars):
-        x = slot * i + (slot - width) / 2
+        x = slot * i + (slot - thickness) / 2
         middle = slot * i + slot / 2
         h = _BAR_AREA * bar.value / top if top > 0 and bar.value > 0 else 0.0
         tip = escape(bar.title or f"{bar.label}: {bar.shown}")
         rect = (
             f'<rect class="bar" data-value="{bar.value:g}" x="{x:.1f}" y="{_PAD + _BAR_AREA - h:.1f}" '
-            f'width="{width:.1f}" height="{h:.1f}" rx="2"><title>{tip}</title></rect>'
+            f'width="{thickness:.1f}" height="{h:.1f}" rx="2"><title>{tip}</title></rect>'
         )
         parts.append(_link(rect, bar.href))
         if i % every == 0:
@@ -88,7 +88,7 @@ def bar_chart(bars: Sequence[Bar], label: str, testid: str) -> str:
             )
     return (
         f'<svg class="chart" data-testid="{escape(testid)}" role="img" aria-label="{escape(label)}" '
-        f'viewBox="0 0 {WIDTH} {height}" width="100%" preserveAspectRatio="xMinYMin meet">'
+        f'viewBox="0 0 {width} {height}" width="100%" preserveAspectRatio="xMinYMin meet">'
         f"<title>{escape(label)}</title>{''.join(parts)}</svg>"
     )
 

@@ -68,6 +68,8 @@ button { background: var(--accent); border-color: var(--accent); color: #fff; fo
   cursor: pointer; }
 input:focus-visible, button:focus-visible { outline: 2px solid var(--accent); outline-offset: 1px; }
 .chart { display: block; max-width: 900px; margin: 4px 0 8px; overflow: visible; }
+.charts { display: flex; flex-wrap: wrap; gap: 8px 28px; } .charts figure { margin: 0; flex: 1 1 340px;
+  max-width: 460px; }
 .chart .bar { fill: var(--bar); } .chart a:hover .bar { fill: var(--accent); }
 .chart .axis { stroke: var(--line); } .chart text { font-size: 11px; fill: var(--muted); }
 .chart .value { fill: var(--fg); } .chart .muted-text { fill: var(--muted); font-style: italic; }
@@ -239,7 +241,7 @@ def _approval(gate: reading.Gate | None) -> str:
     if gate.timed_out:
         parts.append("on timeout")
     if gate.waited_ms is not None:
-        parts.append(f"{'waiting' if gate.decision == 'waiting' else 'waited'} {duration(gate.waited_ms)}")
+        parts.append(f"· {'waiting' if gate.decision == 'waiting' else 'waited'} {duration(gate.waited_ms)}")
     return f'<span data-testid="approval">{" ".join(parts)}</span>'
 
 
@@ -333,6 +335,9 @@ def summary_page(
     return _page(f"Run summary: {summary.run_id}", body)
 
 
+_HALF = 440  # each spend chart's width: side by side, at about their size in the tab (text unscaled)
+
+
 def _spend_charts(dag_id: str, report: SpendReport) -> tuple[str, str]:
     """The cost per day and per run as bars, oldest on the left (the report lists newest first)."""
     per_day = [
@@ -355,8 +360,8 @@ def _spend_charts(dag_id: str, report: SpendReport) -> tuple[str, str]:
         for r in reversed(report.runs)
     ]
     return (
-        bar_chart(per_day, "Cost per day (UTC)", "chart-days"),
-        bar_chart(per_run, "Cost per run", "chart-runs"),
+        bar_chart(per_day, "Cost per day (UTC)", "chart-days", _HALF),
+        bar_chart(per_run, "Cost per run", "chart-runs", _HALF),
     )
 
 
@@ -397,12 +402,16 @@ def spend_page(dag_id: str, report: SpendReport, last: int, cap: int) -> str:
     )
     body = (
         f'<h1>AgentLoom spend</h1><p class="sub">{escape(dag_id)}</p>{form}<div class="cards">{cards}</div>'
-        f"<h2>Per model</h2>{_models_table(report.per_model)}"
+        + (
+            f'<div class="charts"><figure><h2>Cost per day (UTC)</h2>{day_chart}</figure>'
+            f"<figure><h2>Cost per run</h2>{run_chart}</figure></div>"
+            if report.runs
+            else ""
+        )
+        + f"<h2>Per model</h2>{_models_table(report.per_model)}"
         "<h2>Per day (UTC)</h2>"
-        + day_chart
         + _table(["Day", "Runs", "Tokens", "Cost"], days, numeric=(1, 2, 3))
         + "<h2>Per run</h2>"
-        + run_chart
         + _table(["Run", "Day", "Status", "Tokens", "Cost", "Models"], runs, numeric=(3, 4))
     )
     return _page(f"Spend: {dag_id}", body)

@@ -432,7 +432,7 @@ def test_browser_gate_summary(tour: Tour) -> None:
     gate = steps.locator('tr:has(td:text-is("approve_reply"))')
     expect(gate.locator("td").nth(1)).to_have_text("approval_gate")
     expect(gate.locator('[data-testid="approval"]')).to_have_text(
-        re.compile(rf"^approved by {re.escape(USERNAME)} waited [0-9.]+ (ms|s|min)")
+        re.compile(rf"^approved by {re.escape(USERNAME)} · waited [0-9.]+ (ms|s|min)")
     )
     # The timeline: a bar for each step that ran, none for the skipped one.
     timeline = frame.locator('[data-testid="timeline"]')
