@@ -181,16 +181,29 @@ def stack(shared_stacks: SharedStacks) -> Iterator[AirflowStack]:
 
 
 def _run_the_gate(airflow: AirflowStack) -> None:
-    """Run the gated workflow and approve its gate over REST, once it is waiting, as a person would."""
+    """Run the gated workflow and approve its gate over REST once it waits, as a person would.
+
+    An answer given within a moment of the gate parking can be lost (the gate runs again as its
+    next try and asks again: seen on a loaded machine, reported in issue 23's notes); then the
+    new request is answered too, so the tour shows a gate's answer either way.
+    """
     airflow.trigger(GATE_DAG_ID, GATE_RUN_ID, {})
-    wait_for(
-        "the gate to wait for an answer",
-        lambda: airflow.task_states(GATE_DAG_ID, GATE_RUN_ID).get("approve_reply") == "awaiting_input",
-        timeout=180,
-    )
-    airflow.answer_hitl(GATE_DAG_ID, GATE_RUN_ID, "approve_reply", ["Approve"])
-    run = airflow.wait_run(GATE_DAG_ID, GATE_RUN_ID, timeout=180)
+    answered: set[int] = set()
+    gate = f"/api/v2/dags/{GATE_DAG_ID}/dagRuns/{GATE_RUN_ID}/taskInstances/approve_reply"
+
+    def answered_and_finished() -> dict[str, Any] | None:
+        run = airflow.get(f"/api/v2/dags/{GATE_DAG_ID}/dagRuns/{GATE_RUN_ID}")
+        if run["state"] in ("success", "failed"):
+            return dict(run)
+        ti = airflow.get(gate)
+        if ti["state"] == "awaiting_input" and ti["try_number"] not in answered:
+            answered.add(ti["try_number"])
+            airflow.answer_hitl(GATE_DAG_ID, GATE_RUN_ID, "approve_reply", ["Approve"])
+        return None
+
+    run = wait_for("the gated run, its gate answered, to finish", answered_and_finished, timeout=300)
     assert run["state"] == "success", airflow.task_states(GATE_DAG_ID, GATE_RUN_ID)
+    airflow.timings["gate answers"] = len(answered)
 
 
 # --------------------------------------------------------------------------------------------------
