@@ -340,11 +340,16 @@ def latest_dag_runs(session: Any, dag_id: str, last: int) -> list[Any]:
 
 
 def task_instances_of_runs(session: Any, dag_id: str, run_ids: Sequence[str]) -> list[Any]:
-    """Every ``TaskInstance`` of the runs ``run_ids`` of ``dag_id``."""
+    """Every ``TaskInstance`` of the runs ``run_ids`` of ``dag_id``, each with its ``hitl_detail`` loaded."""
     from airflow.models.taskinstance import TaskInstance
     from sqlalchemy import select
+    from sqlalchemy.orm import joinedload
 
-    query = select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id.in_(run_ids))
+    query = (
+        select(TaskInstance)
+        .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id.in_(run_ids))
+        .options(joinedload(TaskInstance.hitl_detail))  # a gate's request and answer, for the summary
+    )
     return list(session.scalars(query))
 
 

@@ -412,13 +412,29 @@ def _report_broken(path: Path, message: str, dag_id: str) -> DAG:
     return _placeholder_dag(path, message, dag_id)
 
 
+_DESCRIPTION_CHARS = 300
+"""The most of an error's first line a placeholder's description holds (the whole error is in its
+docs and its task)."""
+_TITLE_CHARS = 120
+"""The most of it its display name holds: the title of its overview page and its line in the DAG list."""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _placeholder_dag(path: Path, message: str, dag_id: str) -> DAG:
-    first_line = message.splitlines()[0] if message else "invalid workflow"
+    first_line = next((line.strip() for line in message.splitlines() if line.strip()), "invalid workflow")
+    # Airflow's overview page shows neither the description nor the docs (they are behind the Details
+    # tab and the docs button): the display name is its title, so it says the error too, with the
+    # file's name instead of its full path.
+    title = f"{dag_id} (invalid: {first_line.replace(str(path), path.name)})"
     dag = DAG(
         dag_id=dag_id,
         schedule=None,
         tags=[TAG, INVALID_TAG],
-        description=f"Invalid workflow file: {first_line}"[:1000],
+        description=f"Invalid workflow file: {_cut(first_line, _DESCRIPTION_CHARS)}",
+        dag_display_name=_cut(title, _TITLE_CHARS),
         doc_md=f"# Invalid workflow file\n\n`{path}` does not load:\n\n```\n{message}\n```\n",
     )
     InvalidWorkflowOperator(

@@ -66,7 +66,10 @@ def run_summary_page(dag_id: str, run_id: str, session: SessionDep) -> HTMLRespo
     view = read_run(session, dag_id, run_id)
     if view is None:
         return _html(pages.message_page("No such run", f"DAG {dag_id!r} has no run {run_id!r}."), 404)
-    return _html(pages.summary_page(dag_id, view.summary, view.steps, view.step_types, view.recorded))
+    page = pages.summary_page(
+        dag_id, view.summary, view.steps, view.step_types, view.recorded, gates=view.gates, spans=view.spans
+    )
+    return _html(page)
 
 
 @app.get("/dags/{dag_id}/runs/{run_id}/summary.json", dependencies=_READ)

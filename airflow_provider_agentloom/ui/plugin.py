@@ -18,6 +18,8 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_provider_agentloom.ui.pages import SPEND_ROUTE, SUMMARY_ROUTE
+
 _PREFIX = "/agentloom"
 
 
@@ -30,13 +32,13 @@ class AgentLoomUIPlugin(AirflowPlugin):
             "name": "AgentLoom summary",
             "href": _PREFIX + "/dags/{DAG_ID}/runs/{RUN_ID}/summary",
             "destination": "dag_run",
-            "url_route": "agentloom-summary",
+            "url_route": SUMMARY_ROUTE,
         },
         {
             "name": "AgentLoom spend",
             "href": _PREFIX + "/dags/{DAG_ID}/spend",
             "destination": "dag",
-            "url_route": "agentloom-spend",
+            "url_route": SPEND_ROUTE,
         },
     ]
 

@@ -8,11 +8,12 @@ task) and the task instances' states; the summaries are ``workflow.summary``'s.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_agentloom import _airflow
+from airflow_provider_agentloom.operators.registry import OPERATORS
 from airflow_provider_agentloom.plan.ids import ENTER_TASK, RESULT_TASK
 from airflow_provider_agentloom.workflow.models import StepType
 from airflow_provider_agentloom.workflow.results import (
@@ -32,7 +33,29 @@ from airflow_provider_agentloom.workflow.summary import (
 )
 
 _NEVER = datetime.max.replace(tzinfo=UTC)
+_TYPE_OF_OPERATOR = {path.rpartition(".")[2]: step_type.value for step_type, path in OPERATORS.items()}
+"""Step type by operator class name (a task instance's ``operator``): a skipped step pushed no metadata."""
 _NOT_STARTED = frozenset({None, "none", "scheduled", "queued", "deferred", "up_for_reschedule", "restarting"})
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An approval gate's answer, from its human-in-the-loop request (``hitl_detail``) and metadata."""
+
+    decision: str
+    """``approved``, ``rejected``, or ``waiting`` while nobody has answered."""
+    responded_by: str | None
+    waited_ms: float | None
+    """From the request's creation to its answer (or to now, while waiting)."""
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class Span:
+    """When a step's tasks ran: the first start and the last end (None: not started, not ended)."""
+
+    start: datetime | None
+    end: datetime | None
 
 
 @dataclass(frozen=True)
@@ -44,6 +67,8 @@ class RunView:
     step_types: dict[str, str]
     recorded: bool
     """Whether any task pushed AgentLoom step metadata (false: not an AgentLoom DAG, or not started)."""
+    gates: dict[str, Gate] = field(default_factory=dict)
+    spans: dict[str, Span] = field(default_factory=dict)
 
 
 def _state(ti: Any) -> str | None:
@@ -60,6 +85,28 @@ def _status(state: str | None, meta: StepMeta | None) -> StepStatus:
     return step_status(state, meta)
 
 
+def _span(span: Span | None, ti: Any) -> Span:
+    """``span`` widened by one more task instance of the step (a subworkflow's are several)."""
+    times = [t for t in (span.start if span else None, ti.start_date) if t is not None]
+    ends = [t for t in (span.end if span else None, ti.end_date) if t is not None]
+    return Span(min(times) if times else None, max(ends) if ends else None)
+
+
+def _gate(ti: Any, meta: StepMeta | None) -> Gate | None:
+    """The gate's answer: who and how long from the HITL request (the task's own time excludes
+    the wait, spent deferred), the decision as the task recorded it."""
+    detail = getattr(ti, "hitl_detail", None)
+    extra = meta.extra if meta is not None else {}
+    if detail is None and "decision" not in extra:
+        return None
+    created = getattr(detail, "created_at", None)
+    responded = getattr(detail, "responded_at", None)
+    by = (getattr(detail, "responded_by", None) or {}).get("name") or extra.get("responded_by")
+    waited = ((responded or datetime.now(UTC)) - created).total_seconds() * 1000 if created else None
+    decision = str(extra.get("decision") or ("waiting" if responded is None else "answered"))
+    return Gate(decision, by, waited, bool(extra.get("timed_out")))
+
+
 def run_view(run_id: str, run_state: str, tis: Iterable[Any], metas: Mapping[str, Any]) -> RunView:
     """Turn one run's task instances and its ``agentloom`` XComs (by task id) into a :class:`RunView`.
 
@@ -69,6 +116,8 @@ def run_view(run_id: str, run_state: str, tis: Iterable[Any], metas: Mapping[str
     """
     results: dict[str, StepResult] = {}
     types: dict[str, str] = {}
+    gates: dict[str, Gate] = {}
+    spans: dict[str, Span] = {}
     containers: set[str] = set()
     budget: float | None = None
     recorded = False
@@ -77,6 +126,7 @@ def run_view(run_id: str, run_state: str, tis: Iterable[Any], metas: Mapping[str
         group, _, last = ti.task_id.rpartition(".")
         wrapper = bool(group) and last in (ENTER_TASK, RESULT_TASK)
         step_id = group if wrapper else ti.task_id
+        spans[step_id] = _span(spans.get(step_id), ti)
         if (last == ENTER_TASK and state != "failed") or (last == RESULT_TASK and step_id in results):
             continue
         meta = StepMeta.from_xcom(metas.get(ti.task_id))
@@ -85,10 +135,26 @@ def run_view(run_id: str, run_state: str, tis: Iterable[Any], metas: Mapping[str
             budget = meta.budget_usd
         if wrapper or (meta is not None and meta.step_type == StepType.SUBWORKFLOW):
             containers.add(step_id)
-        types[step_id] = meta.step_type if meta is not None else ("subworkflow" if wrapper else "")
-        results[step_id] = step_result(step_id, _status(state, meta), meta, None, None)
+        operator_type = (
+            "subworkflow" if wrapper else _TYPE_OF_OPERATOR.get(getattr(ti, "operator", None) or "", "")
+        )
+        types[step_id] = meta.step_type if meta is not None else operator_type
+        result = step_result(step_id, _status(state, meta), meta, None, None)
+        gate = _gate(ti, meta)
+        if gate is not None:
+            gates[step_id] = gate
+            if gate.waited_ms is not None and gate.decision != "waiting":  # the step took the wait
+                result = result.model_copy(update={"duration_ms": max(result.duration_ms, gate.waited_ms)})
+        results[step_id] = result
     summary = summarize_run(run_id, run_state, results, containers=containers, budget_usd=budget)
-    return RunView(summary=summary, steps=list(results.values()), step_types=types, recorded=recorded)
+    return RunView(
+        summary=summary,
+        steps=list(results.values()),
+        step_types=types,
+        recorded=recorded,
+        gates=gates,
+        spans={step_id: spans[step_id] for step_id in results},
+    )
 
 
 def _metas(session: Any, dag_id: str, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -104,6 +170,7 @@ def _metas(session: Any, dag_id: str, run_ids: Sequence[str]) -> dict[str, dict[
 
 
 def _task_instances(session: Any, dag_id: str, run_ids: Sequence[str]) -> dict[str, list[Any]]:
+    """The runs' task instances, each with its human-in-the-loop request (a gate's) loaded."""
     by_run: dict[str, list[Any]] = {}
     for ti in _airflow.task_instances_of_runs(session, dag_id, run_ids):
         by_run.setdefault(ti.run_id, []).append(ti)
