@@ -6,6 +6,7 @@ share one migrated database; it lives in a temporary folder for the session.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -49,7 +50,12 @@ for _name in [n for n in os.environ if n.startswith("AIRFLOW")]:
 
 from airflow_provider_agentloom.runner.home import prepare_home  # noqa: E402
 
-HOME = prepare_home(_HOME)
+# Airflow's logging, set up as prepare_home first imports it, keeps the sys.stdout of that moment for
+# good: here pytest's capture of the session's own output, which pytest prints after its summary
+# line (a migration's ~35 lines, at the session's end). It gets a file of the session home instead.
+_AIRFLOW_LOG = open(_HOME / "airflow-session.log", "a", encoding="utf-8")  # noqa: SIM115 - the session's
+with contextlib.redirect_stdout(_AIRFLOW_LOG):
+    HOME = prepare_home(_HOME)
 
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))

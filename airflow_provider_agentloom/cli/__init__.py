@@ -19,6 +19,7 @@ import importlib
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,13 @@ from airflow_provider_agentloom.runner.warm import client, protocol
 
 _WARM_COMMANDS = ("run", "replay", "resume", "runs")
 
+_LOADED_AT = time.time()
+"""When this process loaded the CLI (its light imports only): where the command's wall time starts."""
+
+STARTED_VARIABLE = "AGENTLOOM_COMMAND_STARTED"
+"""The ``agentloom`` process's start (:data:`_LOADED_AT`) as the warm runner's run process gets it:
+with the client's environment, so the time printed covers the hand-over and the runner's start."""
+
 
 @dataclass(frozen=True)
 class Command:
@@ -57,6 +65,7 @@ class Command:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``agentloom`` console script."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    os.environ[STARTED_VARIABLE] = repr(_LOADED_AT)  # always this process's: never an outer command's
     code = _through_warm_runner(arguments)
     if code is None:
         code = run_cli(arguments)
@@ -68,11 +77,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def run_cli(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the command; return the exit code."""
+    # Read once and dropped, so that no process the command starts (a step that runs `agentloom`)
+    # takes it for its own start.
+    started = os.environ.pop(STARTED_VARIABLE, None)
     parser = _parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
+    args.started_at = _start_time(started)
     try:
         result: int = args.handler.resolve()(args)
         return result
@@ -100,6 +113,14 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+
+def _start_time(text: str | None) -> float:
+    """The command's start (a ``time.time()``): its ``agentloom`` process's, else now."""
+    try:
+        return float(text) if text else time.time()
+    except ValueError:
+        return time.time()
 
 
 def _through_warm_runner(argv: list[str]) -> int | None:

@@ -47,9 +47,13 @@ def progress_line(result: StepResult, event: str) -> str:
     return line
 
 
-def summary_line(result: RunResult) -> str:
-    """The last line of a run: status, duration, tokens, cost."""
-    line = f"{result.workflow_name}: {result.status.value} in {result.total_duration_ms / 1000:.1f} s"
+def summary_line(result: RunResult, seconds: float) -> str:
+    """The last line of a run: status, the command's wall time (``seconds``), tokens, cost.
+
+    One time only, the command's own, from its start to now: the run's own time
+    (``total_duration_ms``, in ``--json``) leaves out the start-up, which a user waits through too.
+    """
+    line = f"{result.workflow_name}: {result.status.value} in {seconds:.1f} s"
     if result.total_tokens:
         line += f", {result.total_tokens} tokens, ${result.total_cost_usd:.6f}"
     if result.error:
@@ -57,8 +61,9 @@ def summary_line(result: RunResult) -> str:
     return line
 
 
-def output_lines(result: RunResult, workflow: Workflow, width: int) -> list[str]:
-    """Each reported step's output on one line, ``step_id: output``, shortened with ``…`` to ``width``.
+def output_lines(result: RunResult, workflow: Workflow, width: int | None) -> list[str]:
+    """Each reported step's output on one line, ``step_id: output``, shortened with ``…`` to ``width``
+    (whole when ``width`` is None: output to a pipe or a file is read by programs, not eyes).
 
     A string shows its text (whitespace runs become one space), anything else its JSON; a step that did
     not succeed and has no output shows its status instead. An output written to a redacted state key
@@ -73,7 +78,7 @@ def output_lines(result: RunResult, workflow: Workflow, width: int) -> list[str]
         else:
             text = f"({step.status.value})"
         line = f"{step_id}: {text}"
-        lines.append(line if len(line) <= width else line[: max(width - 1, 0)] + "…")
+        lines.append(line if width is None or len(line) <= width else line[: max(width - 1, 0)] + "…")
     return lines
 
 

@@ -15,6 +15,7 @@ import os
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -165,17 +166,29 @@ def _execute(
             code = EXIT_OK if result.status.value in ("success", "paused") else EXIT_FAILED
         except RunInterrupted as interrupted:
             result, code = interrupted.result, 128 + interrupted.signum
-    print(summary_line(result), file=sys.stderr)
+    started_at = getattr(args, "started_at", None) or time.time()
+    print(summary_line(result, time.time() - started_at), file=sys.stderr)
     if result.status.value == "paused":
         _print_resume_hint(args, result)
     if args.json:
         print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
     else:
-        # The run's last lines, on stdout: each step's output, one line each, as wide as the terminal.
+        # The run's last lines, on stdout: each step's output, one line each, as wide as the terminal
+        # (whole when stdout is a pipe or a file).
         sys.stderr.flush()
-        for line in output_lines(result, workflow, shutil.get_terminal_size((100, 24)).columns):
+        for line in output_lines(result, workflow, _terminal_width()):
             print(line, flush=True)
     return code
+
+
+def _terminal_width() -> int | None:
+    """The width of the terminal stdout is (``$COLUMNS`` first, as ``shutil`` reads it); None if none."""
+    try:
+        if not sys.stdout.isatty():
+            return None
+    except (AttributeError, ValueError):  # closed, or replaced by an object without a file
+        return None
+    return shutil.get_terminal_size((100, 24)).columns
 
 
 def _json_document(result: Any) -> dict[str, Any]:

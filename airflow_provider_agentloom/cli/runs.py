@@ -40,7 +40,7 @@ def runs(args: argparse.Namespace) -> int:
 
 
 def stop(args: argparse.Namespace) -> int:
-    """Stop the home's warm runner (its runs in progress end first)."""
+    """Stop the home's warm runner (its runs in progress end first: the command waits for them)."""
     home = Path(args.home).expanduser().resolve() if args.home else default_home()
     try:
         reply = client.stop(home)
@@ -48,9 +48,21 @@ def stop(args: argparse.Namespace) -> int:
         print_error(args, str(exc))
         return EXIT_FAILED
     if reply is None:
-        print(f"No warm runner runs for {home}.")
+        print(f"No warm runner runs for {home}: no run in progress.")
     else:
+        # The runner counts the workflow runs it drives now (not the `agentloom runs` listings).
         count = int(reply.get("runs") or 0)
-        after = f" after its {count} run(s) in progress" if count else ""
-        print(f"Stopped the warm runner of {home}{after}.")
+        if not reply.get("stopped", True):
+            print(f"The warm runner of {home} stops once its {runs_in_progress(count)} end.")
+        elif count:  # stop waited for them (client.stop): they have ended by now
+            print(f"Stopped the warm runner of {home} once its {runs_in_progress(count)} ended.")
+        else:
+            print(f"Stopped the warm runner of {home}: {runs_in_progress(0)}.")
     return EXIT_OK
+
+
+def runs_in_progress(count: int) -> str:
+    """``no run in progress``, ``1 run in progress``, ``2 runs in progress``."""
+    if count == 0:
+        return "no run in progress"
+    return f"{count} run{'' if count == 1 else 's'} in progress"

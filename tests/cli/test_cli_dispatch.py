@@ -95,7 +95,10 @@ def test_run_replay_and_resume_reach_the_run_module(folder: Path) -> None:
 
 def test_runs_and_stop_reach_the_runs_module(folder: Path) -> None:
     done = agentloom(folder, "stop")
-    assert (done.returncode, done.stdout) == (0, f"No warm runner runs for {folder / 'home'}.\n")
+    assert (done.returncode, done.stdout) == (
+        0,
+        f"No warm runner runs for {folder / 'home'}: no run in progress.\n",
+    )
     done = agentloom(folder, "runs", "--json")
     assert (done.returncode, json.loads(done.stdout)) == (0, [])
 

@@ -1,19 +1,24 @@
 """What ``agentloom run`` and ``validate`` print, as printed (real CLI processes).
 
-``run`` ends with each step's output on one line (stdout), shortened to the terminal's width, with
-secrets masked; ``validate`` names a provider and model only for workflows that call a model; the
+``run`` ends with each step's output on one line (stdout), whole when stdout is a pipe and shortened
+to the terminal's width when it is a terminal, with secrets masked; ``validate`` names a provider and model only for workflows that call a model; the
 quick-start example leaves the repository it runs from clean.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
 import re
 import shutil
+import struct
 import subprocess
+import termios
 from pathlib import Path
 
 import pytest
-from cli_support import cli_env, run_cli
+from cli_support import CLI, cli_env, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-token-value"
@@ -76,12 +81,12 @@ def test_run_ends_with_each_steps_output_on_one_line(tmp_path: Path, warm_home: 
     by_step = {line.split(": ", 1)[0]: line for line in lines}
     assert sorted(by_step) == sorted(["lines", "long", "leak", "issue", "broken", "route", "alarm", "note"])
     assert len(lines) == 8
-    assert all(len(line) <= 60 for line in lines), lines
-    # A dict output: its JSON on one line (a newline in a string is JSON's \\n).
-    assert by_step["lines"].startswith('lines: {"returncode": 0, "stdout": "first line\\n\\nsecond')
-    assert by_step["lines"].endswith("…")
-    assert by_step["long"].startswith('long: {"returncode": 0, "stdout": "xxxx')
-    assert by_step["long"].endswith("…")
+    # A dict output: its JSON on one line (a newline in a string is JSON's \\n), whole: stdout is a
+    # pipe, so $COLUMNS (60) does not cut it.
+    assert by_step["lines"] == (
+        'lines: {"returncode": 0, "stdout": "first line\\n\\nsecond line\\n", "stderr": ""}'
+    )
+    assert by_step["long"] == f'long: {{"returncode": 0, "stdout": "{"x" * 300}", "stderr": ""}}'
     # A router's output is its choice; the branch it did not choose, a failed step: their status.
     assert by_step["route"] == "route: note"
     assert by_step["alarm"] == "alarm: (skipped)"
@@ -98,6 +103,51 @@ def test_run_ends_with_each_steps_output_on_one_line(tmp_path: Path, warm_home: 
     as_json = run_cli("run", str(flow), "--json", cwd=tmp_path, env=env)
     assert as_json.stdout.lstrip().startswith("{")
     assert "route: note" not in as_json.stdout
+
+
+def test_run_shortens_its_output_lines_to_the_terminal_only_on_a_terminal(
+    tmp_path: Path, warm_home: Path
+) -> None:
+    flow = tmp_path / "long.yaml"
+    flow.write_text(
+        "name: long-line\nsteps:\n  - {id: long, type: tool, tool_name: shell_command,\n"
+        "     tool_args: {command: \"printf 'x%.0s' $(seq 1 300)\"}}\n",
+        encoding="utf-8",
+    )
+    env = cli_env(warm_home, warm=True)
+    env.pop("COLUMNS", None)  # the terminal's own width
+    env.pop("LINES", None)
+    piped = run_cli("run", str(flow), cwd=tmp_path, env=env)
+    assert piped.returncode == 0, piped.stderr
+    whole = f'long: {{"returncode": 0, "stdout": "{"x" * 300}", "stderr": ""}}'
+    assert piped.stdout.splitlines() == [whole]
+
+    # The same run with stdout on a terminal 50 columns wide: the line is cut to 50, with an ellipsis.
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 50, 0, 0))
+    with subprocess.Popen(
+        [*CLI, "run", str(flow)],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: every writer of the terminal has closed it
+                break
+            if not chunk:
+                break
+            shown += chunk
+        _, errors = process.communicate(timeout=240)
+    os.close(leader)
+    assert process.returncode == 0, errors
+    assert shown.decode().splitlines() == [whole[:49] + "…"]
 
 
 def test_validate_names_provider_and_model_only_for_workflows_that_call_a_model(tmp_path: Path) -> None:

@@ -86,11 +86,15 @@ def pages() -> list[Page]:
     return [read_page(path) for path in sorted(DOCS.rglob("*.md"))]
 
 
+_RUNNER_NOTICE = "agentloom: started a warm runner for "
+
+
 def normalize(text: str, folder: Path) -> list[str]:
-    """Lines to compare: the test's folder shown as the page's, times and run ids blanked, and the
-    progress lines (one per step, printed as steps end, so parallel ones in any order) sorted."""
+    """Lines to compare: the test's folder shown as the page's, times and run ids blanked, the
+    progress lines (one per step, printed as steps end, so parallel ones in any order) sorted, and
+    the warm runner's start notice left out (printed by whichever test of the session starts it)."""
     text = text.replace(str(folder), SHOWN_FOLDER)
     text = RUN_ID.sub("RUN_ID", _DURATION.sub("T", text))
-    lines = [line.rstrip() for line in text.strip("\n").splitlines()]
+    lines = [line.rstrip() for line in text.strip("\n").splitlines() if not line.startswith(_RUNNER_NOTICE)]
     progress = sorted(line for line in lines if _PROGRESS.match(line))
     return [line for line in lines if not _PROGRESS.match(line)] + progress

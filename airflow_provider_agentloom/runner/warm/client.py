@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -68,7 +68,9 @@ def connect(home: Path) -> socket.socket | None:
 def run_command(argv: Sequence[str], home: Path) -> int:
     """Run one ``agentloom`` command in the home's warm runner; return its exit code."""
     request = {"op": "run", "argv": list(argv)}
-    sock, reply = hand_over(home, request)
+    sock, reply = hand_over(
+        home, request, on_start=lambda: print(start_notice(home), file=sys.stderr, flush=True)
+    )
     with contextlib.closing(sock):
         if "pid" not in reply:
             raise RunnerUnavailable(f"the warm runner refused the run: {reply.get('error', reply)}")
@@ -80,18 +82,39 @@ def run_command(argv: Sequence[str], home: Path) -> int:
         return int(ended.get("exit", 1))
 
 
-def hand_over(home: Path, request: dict[str, Any]) -> tuple[socket.socket, dict[str, Any]]:
+def start_notice(home: Path) -> str:
+    """The line the command that starts a home's runner prints: a process stays up after it."""
+    idle = protocol.idle_timeout()
+    if idle <= 0:
+        lasts = "up until `agentloom stop`"
+    elif idle % 60 == 0:
+        minutes = int(idle // 60)
+        lasts = f"up to {minutes} minute{'' if minutes == 1 else 's'} after its last run"
+    else:
+        lasts = f"up to {idle:.0f} s after its last run"
+    return (
+        f"agentloom: started a warm runner for {home}; it stays {lasts} to make the next runs fast "
+        "(`agentloom stop` stops it now; --no-daemon runs without it)"
+    )
+
+
+def hand_over(
+    home: Path, request: dict[str, Any], *, on_start: Callable[[], None] | None = None
+) -> tuple[socket.socket, dict[str, Any]]:
     """Send ``request`` to the home's runner (started if none runs); return the connection and its reply.
 
     The request goes with this process's version, working directory, environment and standard
     streams. A runner of another version retires as it gets it, and a fresh one is started; a
     runner this call started that still reports another version imports another copy of this
-    package, which no restart mends: that is an error naming both copies.
+    package, which no restart mends: that is an error naming both copies. ``on_start`` is called
+    when this call starts a runner.
     """
     request = {"fingerprint": protocol.fingerprint(), "cwd": os.getcwd(), "env": dict(os.environ), **request}
     problem = "the warm runner kept reporting another version; try `agentloom stop`"
     for _ in range(_ATTEMPTS):
         sock, started = _connect_or_start(home)
+        if started and on_start is not None:
+            on_start()
         try:
             with _standard_streams() as fds:
                 protocol.send(sock, request, fds)
@@ -221,7 +244,10 @@ def request(home: Path, operation: str) -> dict[str, Any] | None:
 
 
 def stop(home: Path, *, wait: float = 60.0) -> dict[str, Any] | None:
-    """Ask the home's runner to stop; wait until it has (at most ``wait`` s). None: none ran."""
+    """Ask the home's runner to stop; wait until it has (at most ``wait`` s). None: none ran.
+
+    The reply says how many ``runs`` it was driving, and whether it had ``stopped`` at the end of the wait.
+    """
     reply = request(home, "stop")
     if reply is None:
         return None
@@ -229,7 +255,7 @@ def stop(home: Path, *, wait: float = 60.0) -> dict[str, Any] | None:
     deadline = time.monotonic() + wait
     while pid and time.monotonic() < deadline and _alive(pid):
         time.sleep(0.05)
-    return reply
+    return {**reply, "stopped": not (pid and _alive(pid))}
 
 
 def _runner_pid(home: Path) -> int:

@@ -83,6 +83,7 @@ class WarmRunner:
         self._owner_fd: int | None = os.pidfd_open(owner) if owner is not None else None
         self.fingerprint = protocol.fingerprint()
         self.children: dict[int, float] = {}
+        self.runs: set[int] = set()  # the children that run a workflow (not `agentloom runs`)
         self.retiring = False
         self._listener: socket.socket | None = None
         self._socket_id: tuple[int, int] | None = None  # the socket file it bound (device, inode)
@@ -209,6 +210,9 @@ class WarmRunner:
                 return
             request, fds = protocol.receive(connection, with_fds=3)
             connection.settimeout(None)
+            # A run that ended while the loop waited in select() is not in progress: its client may
+            # already be asking how many are (`agentloom stop` right after a run).
+            self._reap()
             self._last_activity = time.monotonic()
             operation = request.get("op")
             if "fingerprint" in request and request["fingerprint"] != self.fingerprint:
@@ -217,7 +221,7 @@ class WarmRunner:
             elif operation == "status":
                 protocol.send(connection, self.status())
             elif operation == "stop":
-                protocol.send(connection, {"stopping": True, "pid": os.getpid(), "runs": len(self.children)})
+                protocol.send(connection, {"stopping": True, "pid": os.getpid(), "runs": len(self.runs)})
                 self.retire()
             elif operation in ("run", "call"):
                 if self.retiring:
@@ -238,7 +242,7 @@ class WarmRunner:
         return {
             "pid": os.getpid(),
             "home": str(self.home),
-            "runs": len(self.children),
+            "runs": len(self.runs),
             "idle_seconds": round(self._idle_for(), 1),
             "idle_timeout": self.idle_timeout,
             "fingerprint": self.fingerprint,
@@ -275,6 +279,7 @@ class WarmRunner:
                 if not done:
                     continue
             self.children.pop(pid, None)
+            self.runs.discard(pid)
             self._last_activity = time.monotonic()
 
     def _fork_run(self, connection: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
@@ -290,6 +295,9 @@ class WarmRunner:
             finally:
                 os._exit(code)
         self.children[pid] = time.monotonic()
+        command = list(request.get("argv") or [""])[0]
+        if request.get("op") == "call" or command in ("run", "replay", "resume"):
+            self.runs.add(pid)
 
     # -- the end -----------------------------------------------------------------------------------
 
