@@ -149,9 +149,9 @@ def test_budgeted_fanout_fits_its_budget(tmp_path: Path, warm_home: Path) -> Non
 
 
 def test_budgeted_fanout_stops_at_a_smaller_budget(tmp_path: Path, warm_home: Path) -> None:
-    result = run_example(tmp_path, warm_home, "budgeted_fanout.yaml", "--budget", "0.03", expect_rc=1)
+    result = run_example(tmp_path, warm_home, "budgeted_fanout.yaml", "--budget", "0.04", expect_rc=1)
     assert result["status"] == "budget_exceeded"
-    assert result["error"] == "Budget exceeded: spent $0.0420 of $0.0300 limit"
+    assert result["error"] == "Budget exceeded: spent $0.0420 of $0.0400 limit"
     found = statuses(result)
     assert found.pop("merge") == "skipped"
     assert set(found.values()) == {"success"}
