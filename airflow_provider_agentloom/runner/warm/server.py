@@ -46,8 +46,16 @@ from airflow_provider_agentloom.runner import _quiet_known_warnings, processes
 from airflow_provider_agentloom.runner.home import migrate_once, prepare_home
 from airflow_provider_agentloom.runner.processes import _set_parent_death_signal
 from airflow_provider_agentloom.runner.warm import protocol
+from airflow_provider_agentloom.runner.warm.preload import preload
 from airflow_provider_agentloom.runner.warm.remote import serve_call
 from airflow_provider_agentloom.runner.warm.warmup import warm_task_path
+
+_RUN_MODULES = (
+    "airflow_provider_agentloom.cli.run",
+    "airflow_provider_agentloom.dag.build",
+    "airflow_provider_agentloom.runner.engine",
+)
+"""What each run's fork imports before its first step: loaded once here, shared by every fork."""
 
 
 def _say(message: str) -> None:
@@ -156,9 +164,8 @@ class WarmRunner:
         migrate_once(embedded)
         warm_task_path()
         # Only now: these import Airflow, which configures itself at its first import (prepare_home first).
-        import airflow_provider_agentloom.cli.run
-        import airflow_provider_agentloom.dag.build
-        import airflow_provider_agentloom.runner.engine  # noqa: F401
+        # By name, as every preload: what a run's fork would import alone, not an edge of this module.
+        preload(_RUN_MODULES)
 
         api.wait_ready(300.0)
         api.shared = True
