@@ -203,7 +203,7 @@ def _starting(home: Path) -> Iterator[None]:
 
 def _launch(home: Path, idle_timeout: float | None = None, owner: int | None = None) -> None:
     """Start the home's runner; return once it holds the home's socket (or another one does)."""
-    command = [sys.executable, "-m", "airflow_provider_agentloom.runner.warm", "--home", str(home)]
+    command = [sys.executable, "-m", "airflow_provider_agentloom.cli.warm", "--home", str(home)]
     if idle_timeout is not None:
         command += ["--idle-timeout", str(idle_timeout)]
     if owner is not None:

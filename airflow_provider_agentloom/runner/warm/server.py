@@ -37,6 +37,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,9 @@ from airflow_provider_agentloom.runner.warm import protocol
 from airflow_provider_agentloom.runner.warm.preload import preload
 from airflow_provider_agentloom.runner.warm.remote import serve_call
 from airflow_provider_agentloom.runner.warm.warmup import warm_task_path
+
+RunCommand = Callable[[list[str]], int]
+"""Runs one ``agentloom`` command line and returns its exit code (``cli.run_cli``)."""
 
 _RUN_MODULES = (
     "airflow_provider_agentloom.cli.run",
@@ -82,8 +86,15 @@ class WarmRunner:
         ends, however it ends, so a ``kill -9`` of serve leaves no runner behind.
     """
 
-    def __init__(self, home: Path, idle_timeout: float, owner: int | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        idle_timeout: float,
+        owner: int | None = None,
+        run_command: RunCommand | None = None,
+    ) -> None:
         self.home = home
+        self.run_command = run_command
         self.folder = protocol.runner_folder(home)
         self.idle_timeout = idle_timeout
         self.owner = owner
@@ -364,10 +375,9 @@ def _run_in_child(
     finished = threading.Event()
     threading.Thread(target=_hang_up_when_client_leaves, args=(connection, finished), daemon=True).start()
 
-    # The CLI (the one upward import left in the warm runner) imports Airflow: never before the fork.
-    from airflow_provider_agentloom.cli import run_cli
-
-    code = run_cli(list(request.get("argv") or []))
+    if runner.run_command is None:
+        raise RunError("this warm runner was started without a command to run")
+    code = runner.run_command(list(request.get("argv") or []))
     sys.stdout.flush()
     sys.stderr.flush()
     finished.set()
@@ -412,8 +422,11 @@ def _hang_up_when_client_leaves(connection: socket.socket, finished: threading.E
         os.kill(os.getpid(), signal.SIGHUP)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m airflow_provider_agentloom.runner.warm --home DIR``: start a home's runner.
+def main(argv: list[str] | None = None, *, run_command: RunCommand | None = None) -> int:
+    """``python -m airflow_provider_agentloom.cli.warm --home DIR``: start a home's runner.
+
+    :param run_command: runs one ``agentloom`` command line in a run's fork (``cli.run_cli``), handed
+        in by the CLI so that the runner never imports the layer above it.
 
     The process forks: the parent exits as soon as the runner holds the home's lock and socket
     (0), or finds another runner there (3); the runner goes on in a session of its own.
@@ -436,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     os.close(read_fd)
     os.setsid()
     try:
-        runner = WarmRunner(home, idle, owner=args.owner)
+        runner = WarmRunner(home, idle, owner=args.owner, run_command=run_command)
         runner.claim()
     except RunnerBusy:
         os.write(write_fd, b"busy")

@@ -1,4 +1,9 @@
-"""``python -m airflow_provider_agentloom.runner.warm --home DIR``: start a home's warm runner."""
+"""``python -m airflow_provider_agentloom.cli.warm --home DIR``: start the warm runner of a home.
+
+The composition root of the warm runner: the runner (``runner/warm/server.py``) runs each command it
+is handed with the :func:`~airflow_provider_agentloom.cli.run_cli` given here, so ``runner/`` never
+imports the CLI above it.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +22,10 @@ def _drop_repeated_path_entries() -> None:
     sys.path[:] = dict.fromkeys(sys.path)
 
 
-_drop_repeated_path_entries()
+if __name__ == "__main__":
+    _drop_repeated_path_entries()
 
-from airflow_provider_agentloom.runner.warm.server import main  # noqa: E402  (after the path is fixed)
+    from airflow_provider_agentloom.cli import run_cli
+    from airflow_provider_agentloom.runner.warm.server import main
 
-sys.exit(main())
+    sys.exit(main(run_command=run_cli))
