@@ -30,7 +30,12 @@ from typing import Any, Protocol
 from pydantic import JsonValue
 
 from airflow_provider_agentloom.llm.base import ChatClient, OnChunk
-from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, RecordedToolResult
+from airflow_provider_agentloom.llm.types import (
+    ChatRequest,
+    ChatResponse,
+    RecordedToolResult,
+    encode_tool_result,
+)
 from airflow_provider_agentloom.workflow.redaction import Mask
 
 __all__ = [
@@ -221,7 +226,10 @@ class KeptToolResults:
     ) -> None:
         """Keep the outcome of a call that ran (a result that is not JSON data is kept as its text)."""
         try:
-            data = json.loads(json.dumps(result, ensure_ascii=False, default=str))
+            text = encode_tool_result(result)
+            data: JsonValue = result if isinstance(result, str) else json.loads(text)
+            if isinstance(data, str) and not isinstance(result, str):
+                data = text  # an object written as its JSON text: replayed, the model reads the same
         except ValueError as exc:  # a container inside itself: such a result runs again on a retry
             self._log.warning("Could not keep the tool result for a retry: %s", exc)
             return

@@ -4,6 +4,7 @@ request or call in the same run of attempts."""
 from __future__ import annotations
 
 import logging
+from pathlib import PurePosixPath
 from typing import Any
 
 import anyio
@@ -18,7 +19,14 @@ from airflow_provider_agentloom.llm.replay import (
     request_fingerprint,
     tool_call_fingerprint,
 )
-from airflow_provider_agentloom.llm.types import ChatRequest, ChatResponse, Message, ToolCall, ToolSpec
+from airflow_provider_agentloom.llm.types import (
+    ChatRequest,
+    ChatResponse,
+    Message,
+    ToolCall,
+    ToolSpec,
+    encode_tool_result,
+)
 
 LOG = logging.getLogger("test-replay")
 
@@ -226,3 +234,15 @@ def test_the_tool_call_fingerprint_is_the_tool_its_arguments_and_its_place() -> 
     assert tool_call_fingerprint("t", {"a": 2, "b": [1, 2]}, (1, 0)) != base
     assert tool_call_fingerprint("t", {"a": 1, "b": [1, 2]}, (2, 0)) != base
     assert tool_call_fingerprint("t", {"a": 1, "b": [1, 2]}, (1, 1)) != base
+
+
+@pytest.mark.parametrize(
+    "result", [PurePosixPath("/srv/out.txt"), {"at": PurePosixPath("/a")}, "text", 3, None]
+)
+def test_a_replayed_result_reads_to_the_model_as_the_tool_s_own(result: object) -> None:
+    """What is not JSON data is kept as its text; the model reads the same either way."""
+    kept = KeptToolResults(Store(), sequence=1, mask=lambda value: value, log=LOG)
+    kept.keep("t", {}, (1, 0), result, None)
+    replayed = kept.kept("t", {}, (1, 0))
+    assert replayed is not None
+    assert encode_tool_result(replayed.result) == encode_tool_result(result)
