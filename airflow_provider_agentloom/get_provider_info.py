@@ -203,6 +203,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "off",
                         "default": None,
                     },
+                    "keep_tool_results": {
+                        "description": "Whether the results of a model's tool calls are kept in the task "
+                        "state store, so a retry (the same run of attempts) replays a call that already "
+                        "ran instead of running its tool again. A person's clear runs them again. One "
+                        "store entry per tool call, masked, at most 10 MiB as JSON.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
                     "preload_modules": {
                         "description": "Whether a process that loads Airflow's plugins (set it for the "
                         "scheduler, the dag-processor and the triggerer) imports AgentLoom's loader, "

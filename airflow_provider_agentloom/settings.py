@@ -26,6 +26,7 @@ from airflow_provider_agentloom.workflow.limits import DEFAULT_LIMITS, ParseLimi
 
 __all__ = [
     "SECTION",
+    "keep_tool_results",
     "kernel_sandbox",
     "llm_max_reply_bytes",
     "llm_request_timeout",
@@ -141,6 +142,14 @@ def parse_cache_dir() -> str | None:
         home = os.path.expanduser(os.path.expandvars(os.environ.get("AIRFLOW_HOME") or "~/airflow"))
         return os.path.join(home, "agentloom", "parse-cache")
     return None if value.strip().lower() in PARSE_CACHE_OFF else value
+
+
+def keep_tool_results() -> bool:
+    """Return ``[agentloom] keep_tool_results``: whether a retry replays the model's tool calls that
+    already ran instead of running their tools again (default True; ``false``, ``no``, ``off``, ``0``:
+    every attempt runs its tools)."""
+    value = option("keep_tool_results")
+    return value is None or value.strip().lower() not in ("false", "no", "off", "0")
 
 
 def preload_modules() -> bool:

@@ -20,6 +20,7 @@ GETTERS: dict[str, Callable[[], Any]] = {
     "max_parallel_tool_calls": settings.max_parallel_tool_calls,
     "max_tool_calls_per_reply": settings.max_tool_calls_per_reply,
     "preload_modules": settings.preload_modules,
+    "keep_tool_results": settings.keep_tool_results,
 }
 NUMBERS = {
     "llm_request_timeout": ("0.5", 0.5),

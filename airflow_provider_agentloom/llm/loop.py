@@ -15,6 +15,7 @@ from airflow_provider_agentloom.exceptions import ToolNotFoundError
 from airflow_provider_agentloom.llm.base import ChatClient, OnChunk
 from airflow_provider_agentloom.llm.errors import clip
 from airflow_provider_agentloom.llm.gateway import ToolCallRecorder
+from airflow_provider_agentloom.llm.replay import KeptToolResults
 from airflow_provider_agentloom.llm.types import (
     ChatRequest,
     ChatResponse,
@@ -101,6 +102,7 @@ async def run_tool_loop(
     max_iterations: int = 5,
     *,
     replayed_tool_results: Mapping[str, RecordedToolResult] | None = None,
+    kept_results: KeptToolResults | None = None,
     on_tool_call: OnToolCall | None = None,
     on_chunk: OnChunk | None = None,
     max_parallel_tool_calls: int = DEFAULT_MAX_PARALLEL_TOOL_CALLS,
@@ -127,11 +129,16 @@ async def run_tool_loop(
     round every record goes to ``on_tool_call`` and, when ``client`` has ``record_tool_call`` (the
     gateway, a ``RecordingProvider``), to it, which is how ``record_tools`` recordings get them.
 
+    Kept results: with ``kept_results``, a call an earlier attempt of the same run of attempts
+    already ran (same tool, arguments and place) is not run again; its kept result or error is
+    used and the record says ``replayed``. Every call that runs has its outcome kept there.
+
     :param client: a ``ProviderGateway`` or a provider.
     :param request: the first request, with the tool declarations.
     :param execute_tool: runs a tool: ``await execute_tool(name, arguments)``.
     :param max_iterations: rounds of tool calls allowed (≥ 1).
     :param replayed_tool_results: recorded results by tool-call id.
+    :param kept_results: tool outcomes kept across the attempts of a task (see ``llm.replay``).
     :param on_tool_call: receives each finished call.
     :param on_chunk: when given, every turn is streamed and its text chunks go here.
     :param max_parallel_tool_calls: tool calls running at the same time (≥ 1).
@@ -146,6 +153,7 @@ async def run_tool_loop(
         limiter=anyio.CapacityLimiter(max_parallel_tool_calls),
         per_reply=max_tool_calls_per_reply,
         replayed=replayed_tool_results or {},
+        kept=kept_results,
     )
     messages = list(request.messages)
     records: list[ToolCallRecord] = []
@@ -193,6 +201,7 @@ class _CallPolicy:
     limiter: anyio.CapacityLimiter
     per_reply: int
     replayed: Mapping[str, RecordedToolResult]
+    kept: KeptToolResults | None = None
 
     def refusal(self, index: int, call: ToolCall, total: int) -> str | None:
         """Return why ``call`` (the ``index``-th of ``total``) must not run, or None."""
@@ -222,6 +231,8 @@ async def _run_calls(
 
     async def run(index: int, call: ToolCall) -> None:
         recorded = response.recorded_tool_results.get(call.id) or policy.replayed.get(call.id)
+        if recorded is None and policy.kept is not None:
+            recorded = policy.kept.kept(call.name, call.arguments, (round_number, index))
         if recorded is not None:
             results[index] = results[index].model_copy(
                 update={"result": recorded.result, "error": recorded.error, "replayed": True}
@@ -237,6 +248,8 @@ async def _run_calls(
             except Exception as exc:  # every tool failure goes back to the model (seed page)
                 error = clip(f"Error: {exc}" if str(exc) else f"Error: {type(exc).__name__}", MAX_ECHO_CHARS)
             duration_ms = (time.perf_counter() - started) * 1000.0
+        if policy.kept is not None:  # kept as soon as it returns: a later call may kill the attempt
+            policy.kept.keep(call.name, call.arguments, (round_number, index), result, error)
         results[index] = results[index].model_copy(
             update={"result": result, "error": error, "duration_ms": duration_ms}
         )

@@ -7,7 +7,10 @@ the model↔tool loop when there are tools — and return the text with tokens a
 Retries do not pay twice: every model reply is kept in Airflow 3.3's task state store, and a
 later attempt of the same task reuses a reply already received for the same request
 (:class:`~airflow_provider_agentloom.llm.replay.KeptReplies`); a person's clear, or a changed
-request (an edited prompt, a changed upstream output), calls the model again. With
+request (an edited prompt, a changed upstream output), calls the model again. The results of the
+model's tool calls are kept the same way (:class:`~airflow_provider_agentloom.llm.replay.KeptToolResults`):
+a retry replays a call that already ran instead of running its tool again, unless
+``[agentloom] keep_tool_results`` is false. With
 ``config.budget_usd`` every model call first checks the run's budget (``operators.budget``).
 The tool loop's fan-out limits are the provider options ``[agentloom] max_parallel_tool_calls``
 and ``max_tool_calls_per_reply`` (defaults in ``llm.loop``).
@@ -31,7 +34,7 @@ import anyio
 
 from airflow_provider_agentloom.exceptions import BudgetExceededError, StepError, ToolError
 from airflow_provider_agentloom.llm.errors import clip
-from airflow_provider_agentloom.llm.replay import ChatClient, KeptReplies
+from airflow_provider_agentloom.llm.replay import ChatClient, KeptReplies, KeptToolResults
 from airflow_provider_agentloom.llm.types import ChatRequest, Message
 from airflow_provider_agentloom.operators.base import (
     AgentLoomStepOperator,
@@ -45,7 +48,11 @@ from airflow_provider_agentloom.operators.budget import (
     BudgetGuard,
     recorded_spend,
 )
-from airflow_provider_agentloom.settings import max_parallel_tool_calls, max_tool_calls_per_reply
+from airflow_provider_agentloom.settings import (
+    keep_tool_results,
+    max_parallel_tool_calls,
+    max_tool_calls_per_reply,
+)
 from airflow_provider_agentloom.tools.idempotency import CallPlace
 from airflow_provider_agentloom.tools.invoke import invoke_tool
 from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
@@ -87,6 +94,7 @@ class _ModelCall:
     registry: ToolRegistry | None
     tool_limits: tuple[int, int] = (1, 1)
     place: CallPlace | None = None  # the task's place in the run; each tool call adds its own
+    kept_results: KeptToolResults | None = None  # tool outcomes kept across the task's attempts
 
 
 class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
@@ -161,17 +169,25 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
     def run_step(self, context: Context, prepared: PreparedStep[RenderedPrompts]) -> StepOutcome:
         rendered = prepared.rendered
         registry = self.run_context.build_registry(rendered.base_dir) if self.uses_tools() else None
+        store, sequence = context.get("task_state_store"), attempt_sequence(context["ti"], self.retries)
         client = KeptReplies(
-            rendered.gateway.gateway,
-            context.get("task_state_store"),
-            sequence=attempt_sequence(context["ti"], self.retries),
-            mask=self.secrets.mask,
-            log=self.log,
+            rendered.gateway.gateway, store, sequence=sequence, mask=self.secrets.mask, log=self.log
+        )
+        kept_results = (
+            KeptToolResults(store, sequence=sequence, mask=self.secrets.mask, log=self.log)
+            if registry is not None and keep_tool_results()
+            else None
         )
         guard = self._budget_guard(client, context)
         limits = (max_parallel_tool_calls(), max_tool_calls_per_reply())
         call = _ModelCall(
-            rendered, prepared.state, guard or client, registry, limits, self.call_place(context)
+            rendered,
+            prepared.state,
+            guard or client,
+            registry,
+            limits,
+            self.call_place(context),
+            kept_results,
         )
         try:
             return anyio.run(self._call_model, call)
@@ -221,7 +237,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         started = time.monotonic()
         try:
             if registry is not None:
-                outcome = await self._loop(client, request, registry, on_chunk, call.tool_limits, call.place)
+                outcome = await self._loop(client, request, registry, on_chunk, call)
             else:
                 response = await (
                     client.stream(request, on_chunk) if request.stream else client.complete(request)
@@ -251,10 +267,9 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         request: ChatRequest,
         registry: ToolRegistry,
         on_chunk: OnChunk | None,
-        tool_limits: tuple[int, int],
-        place: CallPlace | None = None,
+        call: _ModelCall,
     ) -> StepOutcome:
-        secrets = self.secrets
+        secrets, place = self.secrets, call.place
         from airflow_provider_agentloom.llm.loop import run_tool_loop, tool_call_position
 
         async def execute(name: str, arguments: dict[str, Any]) -> Any:
@@ -273,13 +288,14 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
                 raise ToolError(secrets.mask_text(str(exc) or type(exc).__name__)) from None
             return secrets.mask(result)
 
-        parallel, per_reply = tool_limits
+        parallel, per_reply = call.tool_limits
 
         result = await run_tool_loop(
             client,
             request,
             execute,
             self.max_rounds(),
+            kept_results=call.kept_results,
             on_tool_call=lambda record: self._log_tool_call(registry, record),
             on_chunk=on_chunk,
             max_parallel_tool_calls=parallel,

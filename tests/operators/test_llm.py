@@ -236,9 +236,15 @@ class StampModel(LLMProvider):
         return await self.complete(request)
 
 
-def test_a_retry_never_reuses_a_reply_to_another_request(tmp_path: Path) -> None:
+def test_a_retry_never_reuses_a_reply_to_another_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Attempt 1 dies in its second tool call; attempt 2's first request is the same (its reply is reused),
-    its second is not (the tool answered otherwise): the model is asked again."""
+    its second is not (the tool answered otherwise): the model is asked again.
+
+    Kept tool results are off, so ``stamp`` runs again and answers otherwise (with them on, the
+    retry would replay stamp-1: ``test_kept_tool_results``)."""
+    monkeypatch.setenv("AIRFLOW__AGENTLOOM__KEEP_TOOL_RESULTS", "false")
     stamps = tmp_path / "stamps"
     noted = tmp_path / "noted"
 
