@@ -332,14 +332,14 @@ def place_loader(folder: Path) -> tuple[Path, bool]:
         except OSError as exc:
             raise ServeError(
                 f"cannot write the loader {path}: {exc.strerror}; add it yourself "
-                "(see 'Airflow' in the README) or serve a folder you can write to"
+                "(see docs/howto/existing-airflow.md) or serve a folder you can write to"
             ) from None
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(LOADER_TEXT)
         return path, True
     raise ServeError(
         f"{folder} has no AgentLoom loader, and {' and '.join(LOADER_NAMES)} are taken by other files; "
-        "add a loader yourself (see 'Airflow' in the README)"
+        "add a loader yourself (see docs/howto/existing-airflow.md)"
     )
 
 

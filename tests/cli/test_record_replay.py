@@ -12,8 +12,9 @@ What the seed tools page says (``seed-tools-page.txt``, table "A step or the mod
     running the tool.
 
 (first column: a ``tool`` step; second: a model's tool call). Without ``--record-tools`` a
-recording keeps only the model's replies (README, "Mock, record and replay": ``--record-tools``
-*also* records the model's tool calls and their results), so a replay runs the model's tool again.
+recording keeps only the model's replies (docs/reference/llm-steps.md, "Mock, record and replay":
+``--record-tools`` *also* records the model's tool calls and their results), so a replay runs the
+model's tool again.
 
 Each CLI process loads a network guard (``sitecustomize`` on ``PYTHONPATH``): loopback only.
 """
@@ -235,8 +236,8 @@ def test_replay_of_a_record_tools_recording_is_offline_and_does_not_run_the_tool
 def test_replay_of_a_recording_without_record_tools_runs_the_tool_again(
     setup: Setup, server: LoopbackServer
 ) -> None:
-    """Without ``--record-tools`` only the model's replies are recorded (README, "Mock, record and
-    replay"; seed tools page, row ``--record-tools``), so the replay runs the model's tool call again —
+    """Without ``--record-tools`` only the model's replies are recorded (docs/reference/llm-steps.md,
+    "Mock, record and replay"; seed tools page, row ``--record-tools``), so the replay runs the model's tool call again —
     the ledger file reappears — while the model's replies still come from the recording: the
     replay succeeds with the loopback model stopped.
     """

@@ -6,8 +6,8 @@ real users (the simple auth manager, login required) runs a
 workflow with a tool step and an ``llm_call`` on the mock provider, whose reply records tokens and
 a cost. The plugin's pages are checked over HTTP (login enforced, JSON totals, the ``runs`` cap),
 then Debian's chromium, driven by Playwright, logs in through the UI's login page and walks the
-tour the README shows: the DAG list, the trigger form, the graph, the run's summary tab, the DAG's
-spend tab (its bar charts, light and dark) and a task's Rendered Templates; a second workflow
+tour the docs show (docs/reference/ui-tour.md): the DAG list, the trigger form, the graph, the
+run's summary tab, the DAG's spend tab (its bar charts, light and dark) and a task's Rendered Templates; a second workflow
 with a router and an approval gate, answered over REST as a person would, gives the summary's
 timeline, a skipped step's type and the gate's decision; a broken file's placeholder DAG shows its
 error on its overview. The docs site's tutorial page is shot too (built with ``mkdocs build``).

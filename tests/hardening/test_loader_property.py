@@ -12,7 +12,7 @@ indentation), alias bombs and deep nesting, and raw text and bytes. For every in
   message), and no example outlives its deadline.
 
 ``AGENTLOOM_HYPOTHESIS_PROFILE`` picks the run: ``ci`` (default, 2,000 examples) or ``long``
-(20,000; see the README's Development section).
+(20,000; see docs/development.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The plan is what the reaper (``_os/reaper.py``) enforces on the command with Landlock, and
 whether it gets a network namespace of its own. It is built from the sandbox's lists and adds only
-what a program needs to start; see the README's "Kernel layer" for what it grants and why.
+what a program needs to start; see "Kernel layer" in docs/explanation/sandbox-internals.md for what
+it grants and why.
 """
 
 from __future__ import annotations
