@@ -108,7 +108,8 @@ def serve(options: ServeOptions, cwd: Path) -> int:
             f"  Login:       {prepare.USER} / {password}",
             f"  DAGs folder: {dags} (loader: {loader.name}; new files appear within about 10 s)",
             f"  Database:    {shown_db}",
-            f"  Tool steps run in: {env['AIRFLOW__AGENTLOOM__WORKING_DIR']}",
+            f"  Tool steps run in: {env['AIRFLOW__AGENTLOOM__WORKING_DIR']}"
+            " (unless a workflow sets working_dir)",
             f"  Logs:        {stack.logs} (components), {home.logs} (tasks)",
         ]
         if runner_started is not None:
