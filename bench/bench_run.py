@@ -13,7 +13,8 @@ Every figure is a whole process, timed from outside, and the kinds alternate wit
 - **warm, 1 step**: the same with its first step only; the difference over four steps is what a
   step adds;
 - **no daemon**: ``agentloom run --no-daemon five.yaml``, the in-process runner (the peer);
-- **Python API**: ``python -c "run_workflow('five.yaml')"`` with the runner up;
+- **Python API**: ``python -c "run_workflow('five.yaml', daemon=True)"`` with the runner up (the
+  Python API runs in the caller's process unless asked for the warm runner);
 - **WorkflowEngine**: upstream's API as a ported script calls it (``WorkflowParser.from_yaml``, a
   ``ToolRegistry``, ``await engine.run()``), timed whole and, inside the script, its run call;
 - **first run on a new home**: a new home, so the runner starts (Airflow import, Execution API
@@ -43,7 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_spine import AGENTLOOM, FIVE_STEPS  # noqa: E402  (the 5-step workflow of bench_spine)
 from contract import figure, write_json  # noqa: E402
 
-API_CALL = "from airflow_provider_agentloom import run_workflow; import sys; sys.exit(run_workflow('five.yaml').status.value != 'success')"
+API_CALL = "from airflow_provider_agentloom import run_workflow; import sys; sys.exit(run_workflow('five.yaml', daemon=True).status.value != 'success')"
 # Upstream's API, as a ported script calls it; it notes how long its own imports and parse took
 # before the run, and the run call itself, in engine-times.jsonl.
 ENGINE_CALL = """
@@ -56,7 +57,7 @@ workflow = WorkflowParser.from_yaml(open("five.yaml").read())
 registry = ToolRegistry()
 register_builtins(registry)
 ready = time.perf_counter()
-result = anyio.run(WorkflowEngine(workflow=workflow, tool_registry=registry).run)
+result = anyio.run(WorkflowEngine(workflow=workflow, tool_registry=registry, daemon=True).run)
 with open("engine-times.jsonl", "a") as out:
     out.write(json.dumps({"before_run": ready - started, "run": time.perf_counter() - ready}) + "\\n")
 sys.exit(result.status.value != "success")
