@@ -72,13 +72,14 @@ from airflow.dag_processing.dagbag import BundleDagBag
 folder, bags, expected, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 if mode == "dag-processor":
     # What `airflow dag-processor` does before its manager forks the child that parses a file:
-    # create its Job (whose start loads the plugins: ours preloads our modules in a job's process),
+    # create its Job (whose start loads the plugins: with `[agentloom] preload_modules`, the setting
+    # the docs give Airflow's jobs and `agentloom serve` sets, ours preloads our modules then),
     # import the file's own airflow.* imports (processor.py, [dag_processor] parsing_pre_import_modules),
     # and freeze the GC (manager.py), so the child's collections skip Airflow's own objects.
     import importlib, os, pathlib
     from airflow.jobs.job import Job
     from airflow.utils.file import iter_airflow_imports
-    sys.argv = [os.path.join(os.path.dirname(sys.executable), "airflow"), "dag-processor"]
+    sys.argv = [os.path.join(os.path.dirname(sys.executable), "airflow"), "dag-processor"]  # as it runs
     Job()
     for path in pathlib.Path(folder).glob("*.py"):
         for module in iter_airflow_imports(str(path)):
@@ -321,6 +322,9 @@ def main() -> None:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             "AGENTLOOM_HOME": str(work / "agentloom-home"),
+            # The documented setting of Airflow's jobs (off by default since the preload stopped
+            # reading sys.argv, issue 21): a dag-processor configured as the docs say.
+            "AIRFLOW__AGENTLOOM__PRELOAD_MODULES": "True",
         }
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a dag-processor runs by default
         envs = {kind: env for kind in kinds}

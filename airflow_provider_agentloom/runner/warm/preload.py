@@ -71,3 +71,9 @@ def preload(modules: tuple[str, ...] = TASK_MODULES) -> None:
         build_models()
     except Exception:
         log.debug("preload: cannot build the workflow models", exc_info=True)
+    try:
+        from airflow_provider_agentloom.llm.pricing import default_pricing
+
+        default_pricing()  # the DAG docs' worst-case cost reads it: ~24 ms a parsing child skips
+    except Exception:
+        log.debug("preload: cannot read the price table", exc_info=True)
