@@ -133,11 +133,6 @@ def run_href(dag_id: str, run_id: str) -> str:
     return f"/agentloom/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/summary"
 
 
-def spend_href(dag_id: str) -> str:
-    """The path of a DAG's spend page."""
-    return f"/agentloom/dags/{quote(dag_id, safe='')}/spend"
-
-
 def _tab(path: str, route: str) -> str:
     return f"{path}/plugin/{route}"
 
