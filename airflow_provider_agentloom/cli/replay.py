@@ -97,9 +97,10 @@ def from_run(args: argparse.Namespace) -> int:
             args.state, workflow.state, allow_extra=workflow.config.airflow.allow_extra_conf
         )
     )
+    steps = sum(1 for step in recording.kept.values() if step.replies)
     print(
-        f"Replaying run {run_id!r} of {dag_id!r} from {production.where}: {recording.replies} model "
-        f"replies kept by {sum(1 for step in recording.kept.values() if step.replies)} steps",
+        f"Replaying run {run_id!r} of {dag_id!r} from {production.where}: "
+        f"{_count(recording.replies, 'model reply', 'model replies')} kept by {_count(steps, 'step')}",
         file=sys.stderr,
     )
     for label, missing in recording.tool_results_missing.items():
@@ -204,15 +205,18 @@ def _report(
     rows = compare(production, local, places, recording)
     differ = [row for row in rows if not row.same]
     if args.json:
-        document = _document(production, result, rows, workflow_file=str(file))
+        document = _document(production, result, rows, workflow_file=str(file.resolve()))
         print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
     else:
         sys.stderr.flush()
         print(f"Compared with production run {production.run_id!r} ({production.where}):")
         for row in rows:
             print(_row_line(row))
+        verb = "differs" if len(differ) == 1 else "differ"
         print(
-            f"{len(differ)} of {len(rows)} steps differ from production" if differ else "Same as production"
+            f"{len(differ)} of {_count(len(rows), 'step')} {verb} from production"
+            if differ
+            else "Same as production"
         )
     return EXIT_DIFFERS if differ else EXIT_OK
 
@@ -251,6 +255,10 @@ def _row_line(row: Any) -> str:
             was, now = _shown(difference["production"]), _shown(difference["local"])
             lines.append(f"             {kind}: production {was} -> local {now}")
     return "\n".join(lines)
+
+
+def _count(number: int, one: str, many: str | None = None) -> str:
+    return f"{number} {one if number == 1 else many or one + 's'}"
 
 
 def _shown(value: Any) -> str:

@@ -32,7 +32,8 @@ _TOOL = re.compile("^" + re.escape(TOOL_RESULT_KEY).replace(r"\{\}", r"(\d+)") +
 
 NOT_KEPT_ERROR = "agentloom replay: the production run kept no result for this tool call"
 """The result a replay gives the model for a tool call whose outcome production did not keep (a
-refused call, a result too big to keep, ``keep_tool_results`` off): never a live run of the tool."""
+result too big to keep, ``keep_tool_results`` off): never a live run of the tool. (A call the loop
+refuses, which keeps nothing, is refused again before this is read.)"""
 
 
 @dataclass

@@ -301,7 +301,7 @@ def test_replay_from_run_reads_the_home_and_runs_offline_with_the_vendor_stopped
         "Same as production",
     ]
     assert (
-        f"Replaying run {production['run_id']!r} of {DAG_ID!r} from home {setup.home}: 3 model "
+        f"Replaying run {production['run_id']!r} of {DAG_ID!r} from home {setup.home}: 3 model replies kept by 2 steps"
         in same.stderr
     )
     assert setup.ledger.read_text(encoding="utf-8") == FACT + "\n"  # the model's tool call: not run again
@@ -320,7 +320,7 @@ def test_replay_from_run_reads_the_home_and_runs_offline_with_the_vendor_stopped
         "             request: model call 1 was sent another request than production's (an edited prompt, "
         "model or setting, or a changed input): it got production's reply all the same",
         "  same     save",
-        "1 of 3 steps differ from production",
+        "1 of 3 steps differs from production",
     ]
     as_data = replay_from_run(setup, production["run_id"], "--workflow", "edited.yaml", "--json")
     assert as_data.returncode == 3, as_data.stderr[-3000:]
