@@ -121,7 +121,7 @@ def from_run(args: argparse.Namespace) -> int:
             mock_responses=str(path),
             tools=tuple(args.tools),
         )
-        answers = run_command.gate_answers(workflow, args.approve, args.reject)
+        answers = run_command._gate_answers(workflow, args.approve, args.reject)
         result, code = run_command.execute(args, workflow, options, answers=answers)
     finally:
         path.unlink(missing_ok=True)

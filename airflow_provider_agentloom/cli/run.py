@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no such mock fixture file: {args.mock_responses}")
     workflow = load_workflow(args.file)
     args.workflow_name = workflow.name
-    answers = gate_answers(workflow, args.approve, args.reject)
+    answers = _gate_answers(workflow, args.approve, args.reject)
     options = RunOptions(
         file=str(Path(args.file).resolve()),
         cwd=os.getcwd(),
@@ -235,7 +235,7 @@ def _stdout_to_stderr() -> Iterator[int]:
 # -- approval gates -----------------------------------------------------------------------------
 
 
-def gate_answers(workflow: Any, approve: Sequence[str], reject: Sequence[str]) -> dict[str, bool]:
+def _gate_answers(workflow: Any, approve: Sequence[str], reject: Sequence[str]) -> dict[str, bool]:
     """``--approve``/``--reject`` as ``{step_id: approve?}``, each naming an approval gate once."""
     gates = [step.id for step in workflow.steps if str(step.type) == "approval_gate"]
     answers: dict[str, bool] = {}

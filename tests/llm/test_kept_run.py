@@ -22,7 +22,7 @@ from airflow_provider_agentloom.llm.types import ChatRequest, Message, ToolSpec
 
 log = logging.getLogger(__name__)
 
-TURNS = [
+TURNS: list[dict[str, Any]] = [
     {"content": "", "tool_calls": [{"id": "c1", "name": "lookup", "arguments": {"q": "rivers"}}]},
     {
         "content": "Rivers carve valleys.",
