@@ -65,6 +65,12 @@ def replay(args: argparse.Namespace) -> int:
 def from_run(args: argparse.Namespace) -> int:
     """``replay --from-run`` (see the module doc)."""
     dag_id, run_id = args.from_run
+    # Out of the environment before anything runs: the local run's task processes (a step's shell
+    # command) inherit it, and must not get the production API's token or password.
+    credentials = (
+        os.environ.pop(TOKEN_VARIABLE, None) or None,
+        os.environ.pop(PASSWORD_VARIABLE, None) or None,
+    )
     if args.workflow and not Path(args.workflow).is_file():
         raise UsageError(f"no such workflow file: {args.workflow}")
     if args.user and not args.api:
@@ -75,7 +81,7 @@ def from_run(args: argparse.Namespace) -> int:
     from airflow_provider_agentloom.runner.from_run import build_recording, replay_conf, step_places
 
     try:
-        production = _read_production(args, home, dag_id, run_id)
+        production = _read_production(args, home, dag_id, run_id, credentials)
         file = Path(args.workflow) if args.workflow else _workflow_file(production)
     except ProductionRunError as exc:
         print_error(args, str(exc))
@@ -109,6 +115,8 @@ def from_run(args: argparse.Namespace) -> int:
             "the model is told so, the tool does not run",
             file=sys.stderr,
         )
+    if production.state not in ("success", "failed"):
+        print(f"  run {run_id!r} is {production.state} in production: what it kept so far", file=sys.stderr)
     for task_id in production.mapped:
         print(f"  {task_id}: mapped task instances are not compared", file=sys.stderr)
     path = _write_recording(home, run_id, recording.text())
@@ -130,15 +138,20 @@ def from_run(args: argparse.Namespace) -> int:
     return _report(args, production, result, home, dag_id_for(workflow), places, recording, file)
 
 
-def _read_production(args: argparse.Namespace, home: EmbeddedHome, dag_id: str, run_id: str) -> ProductionRun:
+def _read_production(
+    args: argparse.Namespace,
+    home: EmbeddedHome,
+    dag_id: str,
+    run_id: str,
+    credentials: tuple[str | None, str | None],
+) -> ProductionRun:
     if not args.api:
         from airflow_provider_agentloom.runner.production import read_home
 
         return read_home(home.root, dag_id, run_id)
     from airflow_provider_agentloom.runner.airflow_api import AirflowApi
 
-    token = os.environ.get(TOKEN_VARIABLE) or None
-    password = os.environ.get(PASSWORD_VARIABLE) or None
+    token, password = credentials
     if args.user:
         token = None  # --user asks for a login, whatever the environment holds
         if password is None:

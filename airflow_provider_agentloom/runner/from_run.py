@@ -88,7 +88,8 @@ class Recording:
 
     :param data: the recording (``llm.fixtures`` format), to write to a file the mock reads.
     :param kept: what each model step kept, by label.
-    :param not_kept: ``(label, why)`` of each model step that succeeded but kept no reply.
+    :param not_kept: ``(label, why)`` of each model step that succeeded but kept no reply, or whose
+        replies the recording cannot hold (its step id is another model step's).
     :param tool_results_missing: by label, tool calls with no kept outcome (replayed as an error).
     """
 
@@ -114,7 +115,15 @@ def build_recording(run: ProductionRun, places: list[StepPlace]) -> Recording:
             continue
         kept = kept_step(task.entries)
         recording.kept[place.label] = kept
-        if kept.replies:
+        if kept.replies and place.step_id in recording.data:
+            recording.not_kept.append(
+                (
+                    place.label,
+                    f"another model step of the run has the id {place.step_id!r} (in a subworkflow): "
+                    "a replay tells replies apart by step id only",
+                )
+            )
+        elif kept.replies:
             turns, missing = kept.turns()
             recording.data[place.step_id] = turns
             if missing:

@@ -356,12 +356,21 @@ def test_replay_from_run_names_each_step_that_kept_no_reply_and_runs_nothing(set
 
 @pytest.mark.timeout(120)
 def test_replay_from_run_bad_inputs_are_one_line_each(tmp_path: Path) -> None:
-    """An unknown DAG, an unreachable API, plain http to another host, a password asked for on the
-    command line: one line each, exit 1, no traceback, and the token never printed. Nothing runs
-    (in a home of its own, in the command's own process)."""
+    """An unknown DAG, an unreachable API, a refused token (a loopback server that answers 401), plain
+    http to another host, a password asked for on the command line: one line each, exit 1, no
+    traceback, and the token never printed. Nothing runs (in a home of its own, in the command's
+    own process)."""
     home = tmp_path / "home"
     env = cli_env(home, AIRFLOW_API_TOKEN=(secret := "tok-never-printed-3f9a"))
+    refusing = LoopbackServer(
+        lambda _request: Reply(status=401, json={"detail": "Not authenticated"})
+    ).start()
     cases = [
+        (
+            ("--from-run", "nope", "r1", "--api", refusing.url),
+            f"agentloom: the Airflow API at {refusing.url} refused the token (401 Unauthorized): "
+            "check $AIRFLOW_API_TOKEN (it may have expired), or log in with --user",
+        ),
         (("--from-run", "nope", "r1"), f"agentloom: unknown DAG 'nope': the home {home} has no run of it"),
         (
             ("--from-run", "nope", "r1", "--api", "http://127.0.0.1:9"),
@@ -378,11 +387,15 @@ def test_replay_from_run_bad_inputs_are_one_line_each(tmp_path: Path) -> None:
             "(never on the command line, where every local user can read it)",
         ),
     ]
-    for args, line in cases:
-        proc = run_cli("replay", *args, cwd=tmp_path, env=env)
-        assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (1, line), proc.stderr[-2000:]
-        assert "Traceback" not in proc.stderr
-        assert secret not in proc.stderr + proc.stdout
+    try:
+        for args, line in cases:
+            proc = run_cli("replay", *args, cwd=tmp_path, env=env)
+            assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (1, line), proc.stderr[-2000:]
+            assert "Traceback" not in proc.stderr
+            assert secret not in proc.stderr + proc.stdout
+    finally:
+        refusing.stop()
+    assert refusing.requests[0].headers["authorization"] == f"Bearer {secret}"  # it was sent, to loopback
     usage = run_cli("replay", "wf.yaml", "--from-run", "d", "r", cwd=tmp_path, env=env)
     assert usage.returncode == 2
     assert usage.stderr.strip().splitlines()[-1] == (

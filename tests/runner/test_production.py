@@ -21,7 +21,12 @@ from airflow_provider_agentloom.llm.gateway import ProviderGateway
 from airflow_provider_agentloom.llm.mock import MockProvider
 from airflow_provider_agentloom.runner.from_run import build_recording, compare, replay_conf, step_places
 from airflow_provider_agentloom.runner.home import EmbeddedHome, default_home
-from airflow_provider_agentloom.runner.production import ProductionRunError, read_home
+from airflow_provider_agentloom.runner.production import (
+    ProductionRun,
+    ProductionRunError,
+    ProductionTask,
+    read_home,
+)
 
 HOME = EmbeddedHome(default_home())  # the session's Airflow home (tests/conftest.py)
 
@@ -95,3 +100,40 @@ def test_what_a_home_does_not_hold_is_named(tmp_path: Path) -> None:
         ProductionRunError, match=rf"^unknown DAG 'no-such-dag': the home {home} has no run of it$"
     ):
         read_home(home, "no-such-dag", "r")
+
+
+CLASH = """
+name: clashing-step-ids
+config: {provider: mock, model: gpt-4o-mini}
+steps:
+  - {id: ask, type: llm_call, prompt: "first", output: first}
+  - id: sub
+    type: subworkflow
+    depends_on: [ask]
+    workflow_inline:
+      name: child
+      steps:
+        - {id: ask, type: llm_call, prompt: "second", output: second}
+"""
+
+
+def test_two_model_steps_with_one_id_are_refused_rather_than_given_each_others_replies() -> None:
+    workflow = WorkflowParser.from_yaml(CLASH)
+    places = step_places(workflow)
+    assert [(p.label, p.step_id, p.task_id, p.calls_model) for p in places] == [
+        ("ask", "ask", "ask", True),
+        ("sub.ask", "ask", "sub.ask", True),
+        ("sub", "sub", "sub.__end__", False),
+    ]
+    kept = {"agentloom_reply_0": {"sequence": 1, "fingerprint": "f0", "value": {"content": "hi"}}}
+    run = ProductionRun("clashing-step-ids", "r", "success", {}, "home /h")
+    run.tasks = {task: ProductionTask(task, "success", entries=dict(kept)) for task in ("ask", "sub.ask")}
+    recording = build_recording(run, places)
+    assert [turn["content"] for turn in recording.data["ask"]] == ["hi"]  # the first one's
+    assert recording.not_kept == [
+        (
+            "sub.ask",
+            "another model step of the run has the id 'ask' (in a subworkflow): "
+            "a replay tells replies apart by step id only",
+        )
+    ]
