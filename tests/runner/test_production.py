@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from airflow_support import run_dag_test
+from pydantic import JsonValue
 
 from airflow_provider_agentloom import WorkflowParser
 from airflow_provider_agentloom.dag.build import build_dag
@@ -125,7 +126,9 @@ def test_two_model_steps_with_one_id_are_refused_rather_than_given_each_others_r
         ("sub.ask", "ask", "sub.ask", True),
         ("sub", "sub", "sub.__end__", False),
     ]
-    kept = {"agentloom_reply_0": {"sequence": 1, "fingerprint": "f0", "value": {"content": "hi"}}}
+    kept: dict[str, JsonValue] = {
+        "agentloom_reply_0": {"sequence": 1, "fingerprint": "f0", "value": {"content": "hi"}}
+    }
     run = ProductionRun("clashing-step-ids", "r", "success", {}, "home /h")
     run.tasks = {task: ProductionTask(task, "success", entries=dict(kept)) for task in ("ask", "sub.ask")}
     recording = build_recording(run, places)
