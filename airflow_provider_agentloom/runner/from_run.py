@@ -239,8 +239,9 @@ def _is_step_result(task_id: str) -> bool:
 
 
 def _output_differs(production: Any, local: Any) -> bool:
-    return bool(
-        json.dumps(production, sort_keys=True, default=str) != json.dumps(local, sort_keys=True, default=str)
+    """Compared as canonical JSON: a mapping's key order is not a difference."""
+    return json.dumps(production, sort_keys=True, default=str) != json.dumps(
+        local, sort_keys=True, default=str
     )
 
 
