@@ -124,7 +124,10 @@ def read_home(root: Path, dag_id: str, run_id: str) -> ProductionRun:
             f"DAG {dag_id!r} has no run {run_id!r} in the home {root} "
             f"(agentloom runs --home {root} lists them)"
         )
-    raise ProductionRunError(f"unknown DAG {dag_id!r}: the home {root} has no run of it")
+    raise ProductionRunError(
+        f"unknown DAG {dag_id!r}: the home {root} has no run of it "
+        "(a run of serve on PostgreSQL, or of another Airflow, is read with --api URL)"
+    )
 
 
 def _text(state: Any) -> str | None:

@@ -371,7 +371,11 @@ def test_replay_from_run_bad_inputs_are_one_line_each(tmp_path: Path) -> None:
             f"agentloom: the Airflow API at {refusing.url} refused the token (401 Unauthorized): "
             "check $AIRFLOW_API_TOKEN (it may have expired), or log in with --user",
         ),
-        (("--from-run", "nope", "r1"), f"agentloom: unknown DAG 'nope': the home {home} has no run of it"),
+        (
+            ("--from-run", "nope", "r1"),
+            f"agentloom: unknown DAG 'nope': the home {home} has no run of it "
+            "(a run of serve on PostgreSQL, or of another Airflow, is read with --api URL)",
+        ),
         (
             ("--from-run", "nope", "r1", "--api", "http://127.0.0.1:9"),
             "agentloom: cannot reach the Airflow API at http://127.0.0.1:9: [Errno 111] Connection refused",

@@ -98,7 +98,8 @@ def test_what_a_home_does_not_hold_is_named(tmp_path: Path) -> None:
     home = tmp_path / "home"
     _copy_database(HOME.database, home / "airflow.db")
     with pytest.raises(
-        ProductionRunError, match=rf"^unknown DAG 'no-such-dag': the home {home} has no run of it$"
+        ProductionRunError,
+        match=rf"^unknown DAG 'no-such-dag': the home {home} has no run of it \(a run of serve on PostgreSQL",
     ):
         read_home(home, "no-such-dag", "r")
 
