@@ -17,7 +17,7 @@ import contextlib
 import functools
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -44,7 +44,9 @@ __all__ = [
     "config_set",
     "configure_orm",
     "create_manual_run",
+    "dag_fileloc",
     "dag_runs_newest_first",
+    "database_session",
     "execution_api_app",
     "executing_dagbag",
     "fail_attempt",
@@ -65,6 +67,7 @@ __all__ = [
     "supervise",
     "sync_dag",
     "task_instances_of_runs",
+    "task_state_entries",
     "task_states",
     "task_workload",
     "waiting_gate_instances",
@@ -148,6 +151,27 @@ def session_scope() -> contextlib.AbstractContextManager[Any]:
     from airflow.utils.session import create_session
 
     return create_session()
+
+
+@contextlib.contextmanager
+def database_session(url: str) -> Iterator[Any]:
+    """A read-only session on another Airflow metadata database (a ``serve`` home's, say).
+
+    Airflow's ORM classes map the tables of any database of the same schema; the engine is this
+    session's own, closed with it, so the database Airflow is configured on is not touched.
+    """
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    engine = create_engine(url)
+    try:
+        with Session(bind=engine) as session:
+            try:
+                yield session
+            finally:
+                session.rollback()
+    finally:
+        engine.dispose()
 
 
 def config_get(section: str, key: str) -> str:
@@ -371,6 +395,45 @@ def xcoms_of_runs(session: Any, dag_id: str, run_ids: Sequence[str], key: str) -
         (run_id, task_id, deserialize(value) if value is not None else None)
         for run_id, task_id, value in rows
     ]
+
+
+def task_state_entries(session: Any, dag_id: str, run_id: str) -> list[tuple[str, int, str, Any]]:
+    """``(task_id, map_index, key, value)`` of every task state store entry of a run (``value`` decoded).
+
+    The rows of Airflow 3.3's metastore backend of the task state store (its default, and the
+    one ``agentloom run`` and ``serve`` use); a worker-side ``state_store_backend`` keeps values
+    elsewhere, and its rows hold references, which a replay then finds malformed.
+    """
+    import json
+
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(
+            TaskStateStoreModel.task_id,
+            TaskStateStoreModel.map_index,
+            TaskStateStoreModel.key,
+            TaskStateStoreModel.value,
+        ).where(TaskStateStoreModel.dag_id == dag_id, TaskStateStoreModel.run_id == run_id)
+    )
+    found = []
+    for task_id, map_index, key, text in rows:
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            value = None  # not what the store writes: left for the reader to call malformed
+        found.append((task_id, int(map_index), key, value))
+    return found
+
+
+def dag_fileloc(session: Any, dag_id: str) -> str | None:
+    """The file Airflow last parsed ``dag_id`` from (``DagModel.fileloc``), or None."""
+    from airflow.models.dag import DagModel
+    from sqlalchemy import select
+
+    found = session.scalar(select(DagModel.fileloc).where(DagModel.dag_id == dag_id))
+    return str(found) if found else None
 
 
 # -- approval gates (human in the loop) ----------------------------------------------------------

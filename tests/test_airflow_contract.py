@@ -294,6 +294,31 @@ def test_the_ui_reads_runs_task_instances_and_xcoms(started: tuple[DAG, Any], se
     ]
 
 
+def test_a_runs_task_state_store_entries_and_dag_file_are_read_through_another_session(
+    started: tuple[DAG, Any], session: Any
+) -> None:
+    """``replay --from-run`` reads a home's database through a session of its own (``database_session``)."""
+    from airflow._shared.state import TaskScope
+    from airflow.state.metastore import MetastoreBackend
+
+    dag, run = started
+    run.dag = _airflow.scheduler_dag(dag)
+    _airflow.schedule_ready_tasks(session, run)
+    kept = {"sequence": 1, "fingerprint": "f0", "value": {"content": "hi"}}
+    scope = TaskScope(dag_id=dag.dag_id, run_id=run.run_id, task_id="first", map_index=-1)
+    # Written as a task's task_state_store.set writes it: the metastore backend, JSON text.
+    MetastoreBackend().set(scope, "agentloom_reply_0", json.dumps(kept), session=session)
+    session.commit()
+    with _airflow.database_session(_airflow.config_get("database", "sql_alchemy_conn")) as other:
+        assert _airflow.task_state_entries(other, dag.dag_id, run.run_id) == [
+            ("first", -1, "agentloom_reply_0", kept)
+        ]
+        assert _airflow.task_state_entries(other, dag.dag_id, "no_such_run") == []
+        assert _airflow.dag_fileloc(other, dag.dag_id) == dag.fileloc
+        assert _airflow.dag_fileloc(other, "no_such_dag") is None
+        assert _airflow.find_dag_run(other, dag.dag_id, run.run_id).conf == {"k": 1}
+
+
 # -- approval gates ------------------------------------------------------------------------------
 
 
