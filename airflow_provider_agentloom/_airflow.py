@@ -47,11 +47,13 @@ __all__ = [
     "dag_fileloc",
     "dag_runs_newest_first",
     "database_session",
+    "drop_stale_resume_exits",
     "execution_api_app",
     "executing_dagbag",
     "fail_attempt",
     "find_dag_run",
     "gate_instance",
+    "ignore_stale_resume_exits",
     "init_database",
     "latest_dag_runs",
     "load_listener_manager",
@@ -556,6 +558,93 @@ def apply_hitl_timeouts(session: Any) -> None:
     sweep = cast(Any, SchedulerJobRunner.check_awaiting_input_timeouts)
     sweep(_SweepHost(), session=session)
     session.commit()
+
+
+# -- the scheduler: a parked or deferred try's late exit ------------------------------------------
+
+_SCHEDULER_MODULE = "airflow.jobs.scheduler_job_runner"
+
+
+def ignore_stale_resume_exits() -> bool:
+    """Make this process's scheduler drop the late exit of a try that parked or deferred; True if it does.
+
+    A gate's task parks (``awaiting_input``) and its process exits; the executor reports that exit
+    as a success of the try. When the answer comes first, the scheduler has already queued, or
+    started, the resumed try (same try number) as it reads that success, and Airflow 3.3's
+    ``SchedulerJobRunner.process_executor_events`` fails it ("state mismatch"; its guard covers a
+    resumed try still ``scheduled`` only): the retry writes the request again, which clears the
+    answer, and asks again. Upstream's fix (apache/airflow#67287, #72716: a same-try success of a
+    ``queued`` or ``running`` task instance with ``next_method`` set can only be that late exit)
+    is applied here before Airflow's own method runs: those events are dropped from the buffer.
+
+    Only in a process that has imported the scheduler (the plugin's ``on_load``, at the job's
+    start): importing it elsewhere would cost each task process its import for nothing. Idempotent.
+    """
+    module = sys.modules.get(_SCHEDULER_MODULE)
+    if module is None:
+        return False
+    if airflow_minor() not in TESTED_MINORS:
+        # Another minor may have upstream's fix, or another method: never patch what no test ran on.
+        warn_once(
+            "stale-resume-exits",
+            f"Airflow {airflow_minor()}: agentloom leaves the scheduler's executor events as they are "
+            f"(its fix of a resumed gate failed by a late exit is tested on {', '.join(TESTED_MINORS)})",
+        )
+        return False
+    runner = module.SchedulerJobRunner
+    method = runner.__dict__["process_executor_events"]
+    if getattr(method.__func__, "__agentloom_guard__", False):
+        return True
+    original = method.__func__
+
+    @functools.wraps(original)
+    def process_executor_events(cls: Any, executor: Any, *args: Any, **kwargs: Any) -> int:
+        session = kwargs["session"] if "session" in kwargs else args[-1]
+        drop_stale_resume_exits(executor, session)
+        return cast(int, original(cls, executor, *args, **kwargs))
+
+    process_executor_events.__agentloom_guard__ = True  # type: ignore[attr-defined]
+    runner.process_executor_events = classmethod(process_executor_events)
+    log.info("AgentLoom: the scheduler drops a parked or deferred try's late exit (apache/airflow#72716)")
+    return True
+
+
+def drop_stale_resume_exits(executor: Any, session: Any) -> list[Any]:
+    """Drop from ``executor``'s event buffer each success of a resumed try still queued or running.
+
+    The executor's buffer is read in place: ``get_event_buffer`` empties it, and Airflow's method
+    reads it after. Returns the keys dropped.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select, tuple_
+
+    buffer = executor.event_buffer
+    successes = [
+        key
+        for key, (state, _) in list(buffer.items())
+        if isinstance(key, TaskInstanceKey) and state == TaskInstanceState.SUCCESS
+    ]
+    if not successes:
+        return []
+    columns = (TaskInstance.dag_id, TaskInstance.task_id, TaskInstance.run_id, TaskInstance.map_index)
+    rows = session.execute(
+        select(*columns, TaskInstance.try_number).where(
+            tuple_(*columns).in_([key.primary for key in successes]),
+            TaskInstance.state.in_((TaskInstanceState.QUEUED, TaskInstanceState.RUNNING)),
+            TaskInstance.next_method.is_not(None),
+        )
+    )
+    resumed = {
+        (dag_id, task_id, run_id, map_index, try_number)
+        for dag_id, task_id, run_id, map_index, try_number in rows
+    }
+    dropped = [key for key in successes if (*key.primary, key.try_number) in resumed]
+    for key in dropped:
+        buffer.pop(key, None)
+        log.info("Ignoring the late exit of %s: its resumed try is already queued or running", key)
+    return dropped
 
 
 # -- the Execution API and task supervisors ------------------------------------------------------
