@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from airflow_provider_agentloom.exceptions import AgentLoomError
 from airflow_provider_agentloom.llm.errors import clip
@@ -154,7 +154,10 @@ class ToolApprovals:
 
     def keep_answer(self, question: ToolQuestion, answer: ToolAnswer) -> None:
         """Keep the answer to ``question``: the next run of the loop finds it for that call."""
-        value = {"question": question.model_dump(mode="json"), "answer": answer.model_dump(mode="json")}
+        value: JsonValue = {
+            "question": question.model_dump(mode="json"),
+            "answer": answer.model_dump(mode="json"),
+        }
         self._keeper.keep(ANSWER_KEY.format(*question.place), question.fingerprint, value, required=True)
         self._keeper.keep(PENDING_KEY, _PENDING, None)
 

@@ -200,9 +200,10 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         except ToolApprovalPending as pending:
             from airflow_provider_agentloom.operators.tool_approvals import ask
 
-            assert pending.question is not None
+            if pending.question is None:  # pragma: no cover - the loop always says which call
+                raise
             ask(context, self.step, self.run_context.workflow.name, pending.question, self.log)
-            raise AssertionError("ask returned without awaiting input")  # pragma: no cover
+            raise AssertionError("ask returned without awaiting input") from None  # pragma: no cover
         except BudgetExceededError:
             if guard is not None:
                 # The calls made before the budget stopped the step are kept in its metadata.

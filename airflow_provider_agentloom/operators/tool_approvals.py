@@ -86,7 +86,7 @@ def ask(
     question: ToolQuestion,
     log: StepLog,
 ) -> None:
-    """Write the request for ``question`` and park the task in ``awaiting_input`` (raises TaskAwaitingInput)."""
+    """Write the request for ``question``; park the task in ``awaiting_input`` (raises TaskAwaitingInput)."""
     subject = request_subject(step, workflow_name, question)
     body = request_body(step, workflow_name, question)
     defaults = [_DEFAULTS[step.on_timeout]] if step.on_timeout is not None else None

@@ -129,7 +129,8 @@ def test_one_reply_with_three_calls_to_approve_asks_three_questions(three: dict[
     assert len(asked) == 3
     subject, body = asked[0]
     assert subject == "Run tool 'mark' in step 'ask' of workflow 'three-questions'?"
-    assert body is not None and '"line": "a <REDACTED' in body
+    assert body is not None
+    assert '"line": "a <REDACTED' in body
     assert "I will mark a, b and c" in body  # the model's text with the call
     assert "s3cr3t-value-987" not in body
     assert "one request per task try" in body  # the limit is said where the reviewer reads
