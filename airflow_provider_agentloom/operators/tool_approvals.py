@@ -8,9 +8,11 @@ Airflow 3.3 keeps one request per task try: a second request of the same try kee
 one's subject and body (``api_fastapi/execution_api/routes/hitl.py``, ``upsert_hitl_detail``), and
 a task process has no database access to change them. So only the first question of a try is
 shown in full in Airflow's UI. The request says so in its body, each question is logged in full
-(``Tool approval asked: …``), and a question asked under another question's text is logged as a
-warning and marked ``shown: false`` in the step's metadata, so nobody can take the stale text for
-the call waiting now without being told. ``agentloom run`` asks each question in the terminal.
+(``Tool approval asked: …``) and pushed as the task's XCom ``tool_question`` (the XCom tab, the
+REST API's ``xcomEntries``: both always show the call waiting now), and a question asked under
+another question's text is logged as a warning and marked ``shown: false`` in the step's metadata,
+so nobody can take the stale text for the call waiting now without being told. ``agentloom run``
+reads the XCom and asks each question in the terminal.
 """
 
 from __future__ import annotations
@@ -37,11 +39,22 @@ if TYPE_CHECKING:
 
     from airflow_provider_agentloom.operators.base import StepLog
 
-__all__ = ["APPROVE", "REJECT", "answer_line", "answer_of", "ask", "request_body", "request_subject"]
+__all__ = [
+    "APPROVE",
+    "QUESTION_XCOM",
+    "REJECT",
+    "answer_line",
+    "answer_of",
+    "ask",
+    "request_body",
+    "request_subject",
+]
 
 APPROVE, REJECT = "Approve", "Reject"
 """The request's two options (those of Airflow's ``ApprovalOperator``)."""
 _DEFAULTS = {"approve": APPROVE, "reject": REJECT}
+QUESTION_XCOM = "tool_question"
+"""The XCom key of the question a step waits on now: what Airflow's request cannot update (see above)."""
 SHOWN_KEY = "agentloom_approval_shown"
 """The store key of the text the step's request holds in Airflow (question 1 of the try)."""
 
@@ -73,8 +86,9 @@ def request_body(step: LLMCallStep | AgentStep, workflow_name: str, question: To
     lines += [
         "",
         "_Airflow 3.3 keeps one request per task try: if this step asks about another tool call in "
-        "this same try, this page still shows this first one. Each call waiting for an answer is the "
-        "last `Tool approval asked` line of the task's log; read it before you answer._",
+        "this same try, this page still shows this first one. The call waiting now is always the "
+        f"task's XCom `{QUESTION_XCOM}` (and the last `Tool approval asked` line of its log); read "
+        "it before you answer._",
     ]
     return "\n".join(lines)
 
@@ -90,6 +104,18 @@ def ask(
     subject = request_subject(step, workflow_name, question)
     body = request_body(step, workflow_name, question)
     defaults = [_DEFAULTS[step.on_timeout]] if step.on_timeout is not None else None
+    # Pushed first: once the request exists, a reviewer may look for it.
+    context["ti"].xcom_push(
+        key=QUESTION_XCOM,
+        value={
+            "step": step.id,
+            "question": question_line(question),
+            "tool": question.tool,
+            "arguments": question.arguments,
+            "reasoning": question.reasoning,
+            "place": list(question.place),
+        },
+    )
     stored = _airflow.request_input(
         context["task_instance"].id, subject=subject, body=body, options=[APPROVE, REJECT], defaults=defaults
     )
