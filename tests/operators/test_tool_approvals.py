@@ -43,7 +43,7 @@ def tool_results(request: ChatRequest) -> dict[str, str]:
 
 
 def run_agent(
-    tmp_path: Path, workflow: str, turns: list[dict[str, Any]], answers: list[bool], **responder_args: Any
+    tmp_path: Path, workflow: str, turns: list[Any], answers: list[bool], **responder_args: Any
 ) -> dict[str, Any]:
     """Run ``workflow`` (its one step ``ask``) through ``dag.test()``, answering ``answers`` in order."""
     marker, died = tmp_path / "marker.txt", tmp_path / "died"
@@ -227,3 +227,19 @@ def test_a_retry_after_an_approved_tool_ran_neither_asks_nor_runs_it_again(tmp_p
     assert len(run["vendor"].calls) == 3
     (approval,) = run["meta"]["extra"]["tool_approvals"]
     assert approval["approved"] is True
+
+
+def test_the_ui_summary_shows_the_steps_answers(three: dict[str, Any]) -> None:
+    from airflow.utils.session import create_session
+
+    from airflow_provider_agentloom.ui.reading import read_run
+
+    dag_run = three["dag_run"]
+    with create_session() as session:
+        view = read_run(session, dag_run.dag_id, dag_run.run_id)
+    assert view is not None
+    gate = view.gates["ask"]
+    # Two approved, one rejected: "answered", by the one person, the waits summed.
+    assert (gate.decision, gate.responded_by, gate.timed_out) == ("answered", "tester", False)
+    waits = [a["waited_s"] for a in three["meta"]["extra"]["tool_approvals"]]
+    assert gate.waited_ms == pytest.approx(sum(waits) * 1000)

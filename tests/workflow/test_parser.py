@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
-from airflow_provider_agentloom.workflow.models import ToolStep
+from airflow_provider_agentloom.workflow.models import AgentStep, ToolStep
 from airflow_provider_agentloom.workflow.parser import WorkflowParser, load_workflow, parse_workflow_text
 
 BROKEN = Path(__file__).parents[1] / "data" / "broken"
@@ -379,4 +379,6 @@ def test_approve_tools_names_only_the_steps_tools(tmp_path: Path) -> None:
         "approve_tools: true", "approve_tools: false"
     )
     workflow = parse_workflow_text(fixed.replace("    on_timeout: approve\n", ""), "fixed.yaml")
-    assert workflow.steps[0].approve_tools == ["shell_command", "file_read"]
+    fix = workflow.steps[0]
+    assert isinstance(fix, AgentStep)
+    assert fix.approve_tools == ["shell_command", "file_read"]
