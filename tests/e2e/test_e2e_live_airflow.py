@@ -221,7 +221,7 @@ def test_examples_and_the_broken_file_are_listed(stack: AirflowStack) -> None:
         others = {
             dag_id for name, ids in stack.module_dag_ids.items() if name != STACK_PART.name for dag_id in ids
         }
-        assert tagged == {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG, BROKEN_DAG_ID, *others}
+        assert tagged == {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG, TOOLS_DAG, BROKEN_DAG_ID, *others}
 
         # ... and an import error under the YAML's own path. Each bundle refresh (every 5 s here)
         # clears import errors of non-.py files until the loader is parsed again, so poll.
