@@ -33,6 +33,7 @@ from airflow_provider_agentloom.llm.types import ChatResponse, ToolCall
 from airflow_provider_agentloom.workflow.redaction import Mask
 
 __all__ = [
+    "MAX_SHOWN_CHARS",
     "REFUSED",
     "ToolAnswer",
     "ToolApprovalPending",

@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import TaskAwaitingInput
 from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.llm.approvals import (
+    MAX_SHOWN_CHARS,
     REFUSED,
     ToolAnswer,
     ToolApprovals,
@@ -111,7 +112,8 @@ def ask(
             "step": step.id,
             "question": question_line(question),
             "tool": question.tool,
-            "arguments": question.arguments,
+            # Whole only when the question shows them whole: a model's arguments can be megabytes.
+            "arguments": question.arguments if len(question.arguments_text()) < MAX_SHOWN_CHARS else None,
             "reasoning": question.reasoning,
             "place": list(question.place),
         },
