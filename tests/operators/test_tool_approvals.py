@@ -90,6 +90,9 @@ def run_agent(
 
 THREE = """
 name: three-questions
+config:
+  budget_usd: 1.0
+  sandbox: {enabled: true, allowed_commands: [echo], readable_paths: ["."]}
 state:
   token: "s3cr3t-value-987"
 state_schema:
@@ -98,8 +101,8 @@ steps:
   - id: ask
     type: agent
     prompt: "Mark three lines with {state.token}."
-    tools: [mark, look]
-    approve_tools: [mark]
+    tools: [mark, look, shell_command]
+    approve_tools: [mark, shell_command]
     output: answer
 """
 
@@ -111,6 +114,7 @@ THREE_TURNS = [
             {"id": "c2", "name": "mark", "arguments": {"line": "b"}},
             {"id": "c3", "name": "look", "arguments": {"what": "the room"}},
             {"id": "c4", "name": "mark", "arguments": {"line": "c"}},
+            {"id": "c5", "name": "shell_command", "arguments": {"command": "cat /etc/passwd"}},
         ],
     },
     {"content": "marked a and c; b was refused"},
@@ -119,14 +123,14 @@ THREE_TURNS = [
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_agent(tmp_path_factory.mktemp("three"), THREE, THREE_TURNS, [True, False, True])
+    return run_agent(tmp_path_factory.mktemp("three"), THREE, THREE_TURNS, [True, False, True, True])
 
 
-def test_one_reply_with_three_calls_to_approve_asks_three_questions(three: dict[str, Any]) -> None:
+def test_one_reply_with_four_calls_to_approve_asks_four_questions(three: dict[str, Any]) -> None:
     assert three["states"]["ask"] == ("success", 1)
     assert xcom(three["dag_run"], "ask") == "marked a and c; b was refused"
     asked = three["thread"].asked["ask"]
-    assert len(asked) == 3
+    assert len(asked) == 4
     subject, body = asked[0]
     assert subject == "Run tool 'mark' in step 'ask' of workflow 'three-questions'?"
     assert body is not None
@@ -148,6 +152,9 @@ def test_approved_calls_ran_and_the_rejected_one_was_refused(three: dict[str, An
     assert read["c2"] == REFUSED
     assert read["c3"] == "saw the room"  # a tool without approve_tools ran without a question
     assert read["c4"] == "marked c"
+    # Approved is not allowed: the sandbox still refuses what it refuses.
+    assert read["c5"].startswith("Error: Sandbox violation (shell_command)")
+    assert "not in allowed_commands" in read["c5"]
 
 
 def test_the_summary_keeps_each_question_its_answer_who_and_the_wait(three: dict[str, Any]) -> None:
@@ -156,11 +163,12 @@ def test_the_summary_keeps_each_question_its_answer_who_and_the_wait(three: dict
         ("mark", True, "tester"),
         ("mark", False, "tester"),
         ("mark", True, "tester"),
+        ("shell_command", True, "tester"),
     ]
     assert approvals[1]["arguments"] == '{"line": "b"}'
     assert all(a["waited_s"] is not None and a["waited_s"] >= 0 for a in approvals)
     # Airflow 3.3 kept question 1's text for the whole try: the later answers are marked.
-    assert [a["shown"] for a in approvals] == [True, False, False]
+    assert [a["shown"] for a in approvals] == [True, False, False, False]
     assert "s3cr3t-value-987" not in str(three["meta"])
 
 
