@@ -245,15 +245,8 @@ async def _run_calls(
         None if results[i].error is not None else _recorded(response, call, (round_number, i), policy)
         for i, call in enumerate(calls)
     ]
-    approvals = policy.approvals
-    if approvals is not None:
-        for index, call in enumerate(calls):
-            if results[index].error is not None or not approvals.needs(call.name):
-                continue
-            if recorded[index] is not None:  # it ran in an earlier attempt: its answer is only noted
-                approvals.kept_answer(call, (round_number, index))
-            elif not approvals.answer_for(call, (round_number, index), response).approved:
-                results[index] = results[index].model_copy(update={"error": REFUSED})
+    if policy.approvals is not None:
+        _answers(response, policy, policy.approvals, round_number, results, recorded)
 
     async def run(index: int, call: ToolCall) -> None:
         kept = recorded[index]
@@ -283,6 +276,31 @@ async def _run_calls(
             if results[index].error is None:
                 group.start_soon(run, index, call)
     return results
+
+
+def _answers(
+    response: ChatResponse,
+    policy: _CallPolicy,
+    approvals: ToolApprovals,
+    round_number: int,
+    results: list[ToolCallRecord],
+    recorded: list[RecordedToolResult | None],
+) -> None:
+    """Each call of ``response`` to approve, in order: its kept answer, or ToolApprovalPending.
+
+    A rejected call's record becomes ``refused by a reviewer``, kept as its outcome too (a replay
+    of the run reads it there); a call an earlier attempt already ran only has its answer noted.
+    """
+    for index, call in enumerate(response.tool_calls):
+        if results[index].error is not None or not approvals.needs(call.name):
+            continue
+        place = (round_number, index)
+        if recorded[index] is not None:
+            approvals.kept_answer(call, place)
+        elif not approvals.answer_for(call, place, response).approved:
+            results[index] = results[index].model_copy(update={"error": REFUSED})
+            if policy.kept is not None:
+                policy.kept.keep(call.name, call.arguments, place, None, REFUSED)
 
 
 def _recorded(
