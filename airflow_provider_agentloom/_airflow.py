@@ -17,7 +17,7 @@ import contextlib
 import functools
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -44,12 +44,16 @@ __all__ = [
     "config_set",
     "configure_orm",
     "create_manual_run",
+    "dag_fileloc",
     "dag_runs_newest_first",
+    "database_session",
+    "drop_stale_resume_exits",
     "execution_api_app",
     "executing_dagbag",
     "fail_attempt",
     "find_dag_run",
     "gate_instance",
+    "ignore_stale_resume_exits",
     "init_database",
     "latest_dag_runs",
     "load_listener_manager",
@@ -66,6 +70,7 @@ __all__ = [
     "supervise",
     "sync_dag",
     "task_instances_of_runs",
+    "task_state_entries",
     "task_states",
     "task_workload",
     "waiting_gate_instances",
@@ -149,6 +154,27 @@ def session_scope() -> contextlib.AbstractContextManager[Any]:
     from airflow.utils.session import create_session
 
     return create_session()
+
+
+@contextlib.contextmanager
+def database_session(url: str) -> Iterator[Any]:
+    """A read-only session on another Airflow metadata database (a ``serve`` home's, say).
+
+    Airflow's ORM classes map the tables of any database of the same schema; the engine is this
+    session's own, closed with it, so the database Airflow is configured on is not touched.
+    """
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    engine = create_engine(url)
+    try:
+        with Session(bind=engine) as session:
+            try:
+                yield session
+            finally:
+                session.rollback()
+    finally:
+        engine.dispose()
 
 
 def config_get(section: str, key: str) -> str:
@@ -374,6 +400,45 @@ def xcoms_of_runs(session: Any, dag_id: str, run_ids: Sequence[str], key: str) -
     ]
 
 
+def task_state_entries(session: Any, dag_id: str, run_id: str) -> list[tuple[str, int, str, Any]]:
+    """``(task_id, map_index, key, value)`` of every task state store entry of a run (``value`` decoded).
+
+    The rows of Airflow 3.3's metastore backend of the task state store (its default, and the
+    one ``agentloom run`` and ``serve`` use); a worker-side ``state_store_backend`` keeps values
+    elsewhere, and its rows hold references, which a replay then finds malformed.
+    """
+    import json
+
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from sqlalchemy import select
+
+    rows = session.execute(
+        select(
+            TaskStateStoreModel.task_id,
+            TaskStateStoreModel.map_index,
+            TaskStateStoreModel.key,
+            TaskStateStoreModel.value,
+        ).where(TaskStateStoreModel.dag_id == dag_id, TaskStateStoreModel.run_id == run_id)
+    )
+    found = []
+    for task_id, map_index, key, text in rows:
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            value = None  # not what the store writes: left for the reader to call malformed
+        found.append((task_id, int(map_index), key, value))
+    return found
+
+
+def dag_fileloc(session: Any, dag_id: str) -> str | None:
+    """The file Airflow last parsed ``dag_id`` from (``DagModel.fileloc``), or None."""
+    from airflow.models.dag import DagModel
+    from sqlalchemy import select
+
+    found = session.scalar(select(DagModel.fileloc).where(DagModel.dag_id == dag_id))
+    return str(found) if found else None
+
+
 # -- approval gates (human in the loop) ----------------------------------------------------------
 
 
@@ -523,6 +588,93 @@ def apply_hitl_timeouts(session: Any) -> None:
     sweep = cast(Any, SchedulerJobRunner.check_awaiting_input_timeouts)
     sweep(_SweepHost(), session=session)
     session.commit()
+
+
+# -- the scheduler: a parked or deferred try's late exit ------------------------------------------
+
+_SCHEDULER_MODULE = "airflow.jobs.scheduler_job_runner"
+
+
+def ignore_stale_resume_exits() -> bool:
+    """Make this process's scheduler drop the late exit of a try that parked or deferred; True if it does.
+
+    A gate's task parks (``awaiting_input``) and its process exits; the executor reports that exit
+    as a success of the try. When the answer comes first, the scheduler has already queued, or
+    started, the resumed try (same try number) as it reads that success, and Airflow 3.3's
+    ``SchedulerJobRunner.process_executor_events`` fails it ("state mismatch"; its guard covers a
+    resumed try still ``scheduled`` only): the retry writes the request again, which clears the
+    answer, and asks again. Upstream's fix (apache/airflow#67287, #72716: a same-try success of a
+    ``queued`` or ``running`` task instance with ``next_method`` set can only be that late exit)
+    is applied here before Airflow's own method runs: those events are dropped from the buffer.
+
+    Only in a process that has imported the scheduler (the plugin's ``on_load``, at the job's
+    start): importing it elsewhere would cost each task process its import for nothing. Idempotent.
+    """
+    module = sys.modules.get(_SCHEDULER_MODULE)
+    if module is None:
+        return False
+    if airflow_minor() not in TESTED_MINORS:
+        # Another minor may have upstream's fix, or another method: never patch what no test ran on.
+        warn_once(
+            "stale-resume-exits",
+            f"Airflow {airflow_minor()}: agentloom leaves the scheduler's executor events as they are "
+            f"(its fix of a resumed gate failed by a late exit is tested on {', '.join(TESTED_MINORS)})",
+        )
+        return False
+    runner = module.SchedulerJobRunner
+    method = runner.__dict__["process_executor_events"]
+    if getattr(method.__func__, "__agentloom_guard__", False):
+        return True
+    original = method.__func__
+
+    @functools.wraps(original)
+    def process_executor_events(cls: Any, executor: Any, *args: Any, **kwargs: Any) -> int:
+        session = kwargs["session"] if "session" in kwargs else args[-1]
+        drop_stale_resume_exits(executor, session)
+        return cast(int, original(cls, executor, *args, **kwargs))
+
+    process_executor_events.__agentloom_guard__ = True  # type: ignore[attr-defined]
+    runner.process_executor_events = classmethod(process_executor_events)
+    log.info("AgentLoom: the scheduler drops a parked or deferred try's late exit (apache/airflow#72716)")
+    return True
+
+
+def drop_stale_resume_exits(executor: Any, session: Any) -> list[Any]:
+    """Drop from ``executor``'s event buffer each success of a resumed try still queued or running.
+
+    The executor's buffer is read in place: ``get_event_buffer`` empties it, and Airflow's method
+    reads it after. Returns the keys dropped.
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select, tuple_
+
+    buffer = executor.event_buffer
+    successes = [
+        key
+        for key, (state, _) in list(buffer.items())
+        if isinstance(key, TaskInstanceKey) and state == TaskInstanceState.SUCCESS
+    ]
+    if not successes:
+        return []
+    columns = (TaskInstance.dag_id, TaskInstance.task_id, TaskInstance.run_id, TaskInstance.map_index)
+    rows = session.execute(
+        select(*columns, TaskInstance.try_number).where(
+            tuple_(*columns).in_([key.primary for key in successes]),
+            TaskInstance.state.in_((TaskInstanceState.QUEUED, TaskInstanceState.RUNNING)),
+            TaskInstance.next_method.is_not(None),
+        )
+    )
+    resumed = {
+        (dag_id, task_id, run_id, map_index, try_number)
+        for dag_id, task_id, run_id, map_index, try_number in rows
+    }
+    dropped = [key for key in successes if (*key.primary, key.try_number) in resumed]
+    for key in dropped:
+        buffer.pop(key, None)
+        log.info("Ignoring the late exit of %s: its resumed try is already queued or running", key)
+    return dropped
 
 
 # -- the Execution API and task supervisors ------------------------------------------------------

@@ -24,9 +24,9 @@
      ├── PrivateHomeError             a home of ``run``/``serve`` is another user's, or cannot be made
      ├── RunError                     the local runner, the warm runner or ``serve`` failed (not a step)
      │                                runner: HomeConflictError, ApiServerError, RunNotResumable,
-     │                                GateAnswerError; runner.warm: ProtocolError, RunnerUnavailable
-     │                                (RunnerNotTrusted), RunnerBusy, Unshippable; serve: ServeError,
-     │                                ServeUsageError
+     │                                GateAnswerError, ProductionRunError (replay --from-run);
+     │                                runner.warm: ProtocolError, RunnerUnavailable (RunnerNotTrusted),
+     │                                RunnerBusy, Unshippable; serve: ServeError, ServeUsageError
      ├── UsageError                   (cli.errors) a bad ``agentloom`` command line: exit 2
      └── internal refusals            workflow.graph.GraphError, tools.net.FetchError,
                                       tools.sandbox: HostError, PathEscapeError

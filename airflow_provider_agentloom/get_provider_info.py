@@ -224,6 +224,18 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "True",
                         "default": "False",
                     },
+                    "ignore_stale_resume_exits": {
+                        "description": "Whether a scheduler drops the exit of a task's try that parked "
+                        "(an approval gate waiting for its answer) or deferred, when the executor reports "
+                        "it after the resumed try was queued: Airflow 3.3 reads it as the resumed try's "
+                        "end and fails that try, and a gate answered in that moment asks again "
+                        "(apache/airflow#67287, #72716; this applies their fix, on Airflow 3.3 only). False: "
+                        "Airflow's own handling.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
                     **_WORKFLOW_LIMIT_OPTIONS,
                 },
             }

@@ -159,6 +159,15 @@ def preload_modules() -> bool:
     return value is not None and value.strip().lower() in ("true", "yes", "on", "1")
 
 
+def ignore_stale_resume_exits() -> bool:
+    """Return ``[agentloom] ignore_stale_resume_exits``: whether a scheduler loading Airflow's plugins
+    drops the late exit of a try that parked or deferred once its resumed try is queued or running
+    (see :func:`airflow_provider_agentloom._airflow.ignore_stale_resume_exits`; default True;
+    ``false``, ``no``, ``off``, ``0``: Airflow's own handling, which can lose a gate's answer)."""
+    value = option("ignore_stale_resume_exits")
+    return value is None or value.strip().lower() not in ("false", "no", "off", "0")
+
+
 def workflow_limits() -> ParseLimits:
     """Return the ``[agentloom] workflow_*`` limits of one workflow file's load.
 

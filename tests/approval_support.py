@@ -15,6 +15,7 @@ recorded answer (or the timeout sweep's default) again, as the triggerer would.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import traceback
@@ -82,9 +83,12 @@ class GateResponder(threading.Thread):
                 self.bodies[gate.task_id] = gate.body
                 if _resume_answered(session, gate):
                     continue
-                if self.answers.get(gate.task_id):
+                queue = self.answers.get(gate.task_id)
+                if gate.task_id in self.answered and not queue:  # its answer was lost: asked twice
+                    raise AssertionError(f"gate {gate.task_id!r} asked again after it was answered")
+                if queue:  # a step with approve_tools asks once per tool call: the next answer
                     self.asked.setdefault(gate.task_id, []).append((gate.subject, gate.body))
-                    approve = self.answers[gate.task_id].pop(0)
+                    approve = queue.pop(0)
                     answer_gate(
                         session,
                         dag_id=gate.dag_id,
@@ -124,6 +128,69 @@ def response_recorded(ti: Any) -> bool:
             session, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index
         )
         return stored is not None and stored.hitl_detail is not None and stored.hitl_detail.response_received
+
+
+def gate_resumed(ti: Any) -> bool:
+    """Whether the gate ``ti`` (of a ``dag.test()`` run) holds its answer and is resumed (scheduled)."""
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+
+    from airflow_provider_agentloom._airflow import gate_instance
+
+    with create_session() as session:
+        stored = gate_instance(
+            session, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=ti.map_index
+        )
+        return (
+            stored is not None
+            and stored.state == TaskInstanceState.SCHEDULED
+            and stored.hitl_detail is not None
+            and stored.hitl_detail.response_received
+        )
+
+
+def scheduler_reads_the_late_exit(ti: Any, *, guarded: bool) -> str:
+    """Queue the answered gate ``ti``'s resumed try, then have the scheduler read the parked try's exit.
+
+    What a scheduler does when the exit of the try that parked is reported after the answer
+    resumed the gate and the resumed try was queued: ``SchedulerJobRunner.process_executor_events``
+    (Airflow's own, unwrapped whether or not this process installed the guard) gets that success.
+    Airflow 3.3 fails the resumed try ("state mismatch"); ``guarded``: the provider's guard
+    (``_airflow.drop_stale_resume_exits``, what its wrapper runs first) drops the event first.
+    The executor is the one stand-in: an unstarted ``LocalExecutor`` holding that one event.
+    A resumed try left queued is handed back as ``scheduled``: ``dag.test()`` runs it, as the
+    executor would run its workload. Returns the gate's state after.
+    """
+    from airflow.executors.local_executor import LocalExecutor
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.dagbag import DBDagBag
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+
+    from airflow_provider_agentloom._airflow import drop_stale_resume_exits, gate_instance
+
+    airflows_own = inspect.unwrap(SchedulerJobRunner.__dict__["process_executor_events"].__func__)
+    where = {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index}
+    with create_session() as session:
+        stored = gate_instance(session, **where)
+        stored.state = TaskInstanceState.QUEUED  # the scheduler queued the resumed try
+        session.flush()
+        executor = LocalExecutor()
+        executor.change_state(stored.key, TaskInstanceState.SUCCESS)  # the parked try's exit, late
+        if guarded:
+            drop_stale_resume_exits(executor, session)
+        airflows_own(
+            SchedulerJobRunner,
+            executor=executor,
+            job_id=stored.queued_by_job_id,
+            scheduler_dag_bag=DBDagBag(),
+            session=session,
+        )
+        session.flush()
+        stored = gate_instance(session, **where)
+        if stored.state == TaskInstanceState.QUEUED:
+            stored.state = TaskInstanceState.SCHEDULED
+        return str(stored.state)
 
 
 def _resume_answered(session: Any, gate: Any) -> bool:

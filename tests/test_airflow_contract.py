@@ -294,6 +294,31 @@ def test_the_ui_reads_runs_task_instances_and_xcoms(started: tuple[DAG, Any], se
     ]
 
 
+def test_a_runs_task_state_store_entries_and_dag_file_are_read_through_another_session(
+    started: tuple[DAG, Any], session: Any
+) -> None:
+    """``replay --from-run`` reads a home's database through a session of its own (``database_session``)."""
+    from airflow._shared.state import TaskScope
+    from airflow.state.metastore import MetastoreBackend
+
+    dag, run = started
+    run.dag = _airflow.scheduler_dag(dag)
+    _airflow.schedule_ready_tasks(session, run)
+    kept = {"sequence": 1, "fingerprint": "f0", "value": {"content": "hi"}}
+    scope = TaskScope(dag_id=dag.dag_id, run_id=run.run_id, task_id="first", map_index=-1)
+    # Written as a task's task_state_store.set writes it: the metastore backend, JSON text.
+    MetastoreBackend().set(scope, "agentloom_reply_0", json.dumps(kept), session=session)
+    session.commit()
+    with _airflow.database_session(_airflow.config_get("database", "sql_alchemy_conn")) as other:
+        assert _airflow.task_state_entries(other, dag.dag_id, run.run_id) == [
+            ("first", -1, "agentloom_reply_0", kept)
+        ]
+        assert _airflow.task_state_entries(other, dag.dag_id, "no_such_run") == []
+        assert _airflow.dag_fileloc(other, dag.dag_id) == dag.fileloc
+        assert _airflow.dag_fileloc(other, "no_such_dag") is None
+        assert _airflow.find_dag_run(other, dag.dag_id, run.run_id).conf == {"k": 1}
+
+
 # -- approval gates ------------------------------------------------------------------------------
 
 
@@ -481,6 +506,87 @@ def test_apply_hitl_timeouts_is_the_schedulers_sweep(started: tuple[DAG, Any], s
     ti = _airflow.gate_instance(session, dag_id=dag.dag_id, run_id=run.run_id, task_id="first")
     assert ti.state == _airflow.TaskInstanceState.SCHEDULED
     assert ti.hitl_detail.chosen_options == ["Reject"]
+
+
+# -- the scheduler: a parked try's late exit -----------------------------------------------------
+
+
+def test_drop_stale_resume_exits_drops_only_a_resumed_trys_late_success(
+    started: tuple[DAG, Any], session: Any
+) -> None:
+    """What Airflow 3.3's ``process_executor_events`` would fail as "state mismatch", and nothing else."""
+    from airflow.executors.local_executor import LocalExecutor
+
+    dag, run = started
+    run.dag = _airflow.scheduler_dag(dag)
+    _airflow.schedule_ready_tasks(session, run)
+    first, second = sorted(run.get_task_instances(session=session), key=lambda ti: ti.task_id)
+    first.state, first.next_method = _airflow.TaskInstanceState.QUEUED, "execute_complete"  # resumed
+    second.state = _airflow.TaskInstanceState.QUEUED  # queued, not resumed: a success is a real mismatch
+    session.flush()
+    executor = LocalExecutor()
+    for ti in (first, second):
+        executor.change_state(ti.key, _airflow.TaskInstanceState.SUCCESS)
+    assert _airflow.drop_stale_resume_exits(executor, session) == [first.key]
+    assert list(executor.event_buffer) == [second.key]
+    first.state = _airflow.TaskInstanceState.RUNNING  # started already: still the late exit
+    session.flush()  # Airflow's sessions do not autoflush
+    executor.change_state(first.key, _airflow.TaskInstanceState.SUCCESS)
+    assert _airflow.drop_stale_resume_exits(executor, session) == [first.key]
+    first.state, first.next_method = _airflow.TaskInstanceState.SUCCESS, None  # its own end: kept
+    session.flush()
+    executor.change_state(first.key, _airflow.TaskInstanceState.SUCCESS)
+    assert _airflow.drop_stale_resume_exits(executor, session) == []
+    assert first.key in executor.event_buffer
+
+
+def test_ignore_stale_resume_exits_wraps_the_schedulers_method_once(tmp_path: Path) -> None:
+    """In a process of its own (it changes Airflow's class); only once the scheduler is imported,
+    and only on a tested minor."""
+    probe = textwrap.dedent(
+        """
+        import json, sys
+        from pathlib import Path
+        from airflow_provider_agentloom.runner.home import prepare_home
+        prepare_home(Path(sys.argv[1]))
+        from airflow_provider_agentloom import _airflow
+        before = _airflow.ignore_stale_resume_exits()
+        from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+        original = SchedulerJobRunner.process_executor_events.__func__
+        installed = _airflow.ignore_stale_resume_exits()
+        wrapped = SchedulerJobRunner.process_executor_events.__func__
+        again = _airflow.ignore_stale_resume_exits()
+        once = SchedulerJobRunner.process_executor_events.__func__ is wrapped
+        # On a minor no test ran on, nothing is patched (a fresh class stands in for the original).
+        SchedulerJobRunner.process_executor_events = classmethod(original)
+        _airflow.airflow_minor = lambda: "9.9"
+        other_minor = _airflow.ignore_stale_resume_exits()
+        untouched = SchedulerJobRunner.process_executor_events.__func__ is original
+        print(json.dumps({
+            "before": before, "installed": installed, "again": again,
+            "wraps": wrapped.__wrapped__ is original, "once": once,
+            "other_minor": other_minor, "untouched": untouched,
+        }))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "home")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {
+        "before": False,
+        "installed": True,
+        "again": True,
+        "wraps": True,
+        "once": True,
+        "other_minor": False,
+        "untouched": True,
+    }
 
 
 # -- the Execution API and task supervisors ------------------------------------------------------

@@ -21,6 +21,7 @@ GETTERS: dict[str, Callable[[], Any]] = {
     "max_tool_calls_per_reply": settings.max_tool_calls_per_reply,
     "preload_modules": settings.preload_modules,
     "keep_tool_results": settings.keep_tool_results,
+    "ignore_stale_resume_exits": settings.ignore_stale_resume_exits,
 }
 NUMBERS = {
     "llm_request_timeout": ("0.5", 0.5),

@@ -1,6 +1,6 @@
 """The ``agentloom`` command: its parser, and the dispatch of each subcommand to its module.
 
-``validate``/``visualize`` (:mod:`.validate`), ``run``/``replay``/``resume`` (:mod:`.run`),
+``validate``/``visualize`` (:mod:`.validate`), ``run``/``resume`` (:mod:`.run`), ``replay`` (:mod:`.replay`),
 ``runs``/``stop`` (:mod:`.runs`), ``serve`` (:mod:`.serve`), ``schema`` (:mod:`.schema`). A command's
 module is imported only when that command runs, so ``agentloom --help`` imports none of them.
 
@@ -233,14 +233,41 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("--home", metavar="DIR", help="the runner's private Airflow home ($AGENTLOOM_HOME)")
     stop.set_defaults(handler=Command("runs", "stop"))
 
-    replay = commands.add_parser("replay", help="run offline from a recording, deterministically")
-    replay.add_argument("file", metavar="FILE")
+    replay = commands.add_parser(
+        "replay",
+        help="run offline from a recording, or from what a production run kept, deterministically",
+        description=(
+            "Run a workflow offline, every model call answered from a recording (FILE --recording REC), "
+            "or from what a production run's tasks kept (--from-run DAG_ID RUN_ID): then print, step by "
+            "step, where the local run differs from production. Exit codes of --from-run: 0 same as "
+            "production, 1 the run cannot be read, 3 a step differs, 4 a model step kept no reply."
+        ),
+    )
+    replay.add_argument("file", nargs="?", metavar="FILE", help="the workflow (with --recording)")
+    replay.add_argument("--recording", "-r", metavar="FILE", help="a fixture written by --record")
     replay.add_argument(
-        "--recording", "-r", required=True, metavar="FILE", help="a fixture written by --record"
+        "--from-run",
+        nargs=2,
+        metavar=("DAG_ID", "RUN_ID"),
+        help="replay this run from what its tasks kept: from the home (--home), or from --api",
+    )
+    replay.add_argument(
+        "--workflow",
+        metavar="FILE",
+        help="with --from-run: the workflow to run (default: the DAG's own file)",
+    )
+    replay.add_argument(
+        "--api",
+        metavar="URL",
+        help="with --from-run: read the run from this Airflow API server (token: $AIRFLOW_API_TOKEN; "
+        "https, or http to a loopback address)",
+    )
+    replay.add_argument(
+        "--user", metavar="USER", help="with --api: log in as USER; the password from $AIRFLOW_API_PASSWORD"
     )
     _add_run_options(replay)
     _add_gate_options(replay)
-    replay.set_defaults(handler=Command("run", "replay"))
+    replay.set_defaults(handler=Command("replay", "replay"))
 
     visualize = commands.add_parser(
         "visualize",

@@ -16,6 +16,8 @@ from airflow_provider_agentloom.exceptions import AgentLoomError
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 """Success (or paused); a failed run or an invalid workflow; a bad command line; Ctrl-C. A run stopped
 by another signal exits 128 + its number."""
+EXIT_DIFFERS, EXIT_NOT_KEPT = 3, 4
+"""``replay --from-run``: a step differs from production's; a model step kept no reply (nothing run)."""
 
 
 class UsageError(AgentLoomError):

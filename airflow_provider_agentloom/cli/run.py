@@ -131,10 +131,43 @@ def _execute(
     resume_run_id: str | None = None,
 ) -> int:
     """Run (or resume) ``workflow`` with ``options``; print progress, the summary and the result."""
+    from airflow_provider_agentloom.cli.render import output_lines  # see execute's imports
+
+    result, code = execute(
+        args,
+        workflow,
+        options,
+        answers=answers,
+        ask=ask,
+        tool_answer=tool_answer,
+        resume_run_id=resume_run_id,
+    )
+    if args.json:
+        print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
+    else:
+        # The run's last lines, on stdout: each step's output, one line each, as wide as the terminal
+        # (whole when stdout is a pipe or a file).
+        sys.stderr.flush()
+        for line in output_lines(result, workflow, _terminal_width()):
+            print(line, flush=True)
+    return code
+
+
+def execute(
+    args: argparse.Namespace,
+    workflow: Workflow,
+    options: RunOptions,
+    *,
+    answers: dict[str, bool],
+    ask: AskGate | None = None,
+    tool_answer: bool | None = None,
+    resume_run_id: str | None = None,
+) -> tuple[Any, int]:
+    """Run (or resume) ``workflow``, printing its progress and summary on stderr; its result and exit code."""
     # Imported once the command line is checked, as the run starts: the result models, the task
     # services and the run driver add ~180 ms (19 modules; measured on the 2-core box under load)
     # that a usage error (`run missing.yaml --no-daemon`) must not pay.
-    from airflow_provider_agentloom.cli.render import output_lines, progress_line, summary_line
+    from airflow_provider_agentloom.cli.render import progress_line, summary_line
     from airflow_provider_agentloom.operators.services import LLMOptions
 
     if options.budget is not None:
@@ -187,15 +220,7 @@ def _execute(
     print(summary_line(result, time.time() - started_at), file=sys.stderr)
     if result.status.value == "paused":
         _print_resume_hint(args, result)
-    if args.json:
-        print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
-    else:
-        # The run's last lines, on stdout: each step's output, one line each, as wide as the terminal
-        # (whole when stdout is a pipe or a file).
-        sys.stderr.flush()
-        for line in output_lines(result, workflow, _terminal_width()):
-            print(line, flush=True)
-    return code
+    return result, code
 
 
 def _terminal_width() -> int | None:

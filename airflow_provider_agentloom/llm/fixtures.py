@@ -100,6 +100,9 @@ class FixtureEntry(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_results: dict[str, RecordedToolResult] = Field(default_factory=dict)
     reasoning: str | None = None
+    provider_data: dict[str, Any] = Field(default_factory=dict)
+    """What a vendor needs sent back with the reply on the next turn (thinking signatures): kept
+    replies carry it (``llm.kept_run``), so a replayed conversation sends what production sent."""
 
     @classmethod
     def parse(cls, value: object, *, key: str) -> FixtureEntry:
@@ -136,7 +139,7 @@ class FixtureEntry(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """Return the JSON object written to a fixture file (empty optional fields left out)."""
         out = self.model_dump(mode="json", exclude_none=True)
-        for key in ("tool_calls", "tool_results"):
+        for key in ("tool_calls", "tool_results", "provider_data"):
             if not out.get(key):
                 out.pop(key, None)
         return out
@@ -158,6 +161,7 @@ class FixtureEntry(BaseModel):
             provider=self.provider or default_provider,
             finish_reason=self.finish_reason or ("tool_calls" if self.tool_calls else "stop"),
             reasoning=self.reasoning,
+            provider_data=dict(self.provider_data),
             recorded_tool_results=dict(self.tool_results),
         )
 

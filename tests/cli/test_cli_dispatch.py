@@ -28,7 +28,7 @@ HANDLERS = {
     "validate": ("validate", "validate"),
     "visualize": ("validate", "visualize"),
     "run": ("run", "run"),
-    "replay": ("run", "replay"),
+    "replay": ("replay", "replay"),
     "resume": ("run", "resume"),
     "runs": ("runs", "runs"),
     "stop": ("runs", "stop"),
@@ -82,7 +82,7 @@ def test_validate_and_visualize_reach_the_validate_module(folder: Path) -> None:
     assert (done.returncode, done.stdout.splitlines()[0]) == (0, "flowchart TD")
 
 
-def test_run_replay_and_resume_reach_the_run_module(folder: Path) -> None:
+def test_run_replay_and_resume_reach_their_modules(folder: Path) -> None:
     done = agentloom(folder, "run", "w.yaml", "--record-tools")
     assert (done.returncode, done.stderr) == (2, "agentloom: error: --record-tools needs --record FILE\n")
     done = agentloom(folder, "replay", "w.yaml", "-r", "rec.json")

@@ -256,3 +256,153 @@ def test_replay_of_a_recording_without_record_tools_runs_the_tool_again(
     events = task_log_events(setup, replayed, "research")
     (tool_line,) = [event for event in events if event.startswith("Tool call ")]
     assert tool_line.startswith(f"Tool call append_note(text={FACT!r}) -> dict of 2 keys, 59 B, ")
+
+
+# -- replay --from-run: a run's kept replies and tool results, read back from its home (issue 22) ------
+
+DAG_ID = "record-replay-tools"
+
+
+def replay_from_run(setup: Setup, run_id: str, *flags: str) -> Any:
+    """``agentloom replay --from-run DAG_ID RUN_ID --tools ledger_tools FLAGS`` in the setup's home."""
+    return run_cli(
+        "replay",
+        "--from-run",
+        DAG_ID,
+        run_id,
+        "--tools",
+        "ledger_tools",
+        *flags,
+        cwd=setup.work,
+        env=setup.env,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_replay_from_run_reads_the_home_and_runs_offline_with_the_vendor_stopped(
+    setup: Setup, server: LoopbackServer
+) -> None:
+    """The production run is a plain ``agentloom run`` (no ``--record``) against the loopback vendor:
+    what its tasks kept in the task state store is the recording. The vendor is stopped before the
+    replay; the model's tool call is replayed (the ledger keeps its one line), the tool step runs."""
+    production = setup.cli("run", "wf.yaml")
+    assert server.count == 3
+    assert setup.ledger.read_text(encoding="utf-8") == FACT + "\n"
+    server.stop()
+    (setup.work / "summary.txt").unlink()
+
+    same = replay_from_run(setup, production["run_id"])
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert same.stdout.splitlines() == [
+        f"Compared with production run {production['run_id']!r} (home {setup.home}):",
+        "  same     research",
+        "  same     summarize",
+        "  same     save",
+        "Same as production",
+    ]
+    assert (
+        f"Replaying run {production['run_id']!r} of {DAG_ID!r} from home {setup.home}: 3 model replies kept by 2 steps"
+        in same.stderr
+    )
+    assert setup.ledger.read_text(encoding="utf-8") == FACT + "\n"  # the model's tool call: not run again
+    summary = production["step_results"]["summarize"]["output"]
+    assert (setup.work / "summary.txt").read_text(encoding="utf-8") == summary  # the tool step ran
+    assert not list((setup.home / "replays").iterdir())  # the recording is gone with the replay
+
+    # An edited prompt: the request differs from production's, and the reply is production's.
+    edited = WORKFLOW.replace("Summarize in one line:", "Summarize in five words:")
+    (setup.work / "edited.yaml").write_text(edited, encoding="utf-8")
+    differs = replay_from_run(setup, production["run_id"], "--workflow", "edited.yaml")
+    assert differs.returncode == 3, differs.stderr[-3000:]
+    assert differs.stdout.splitlines()[1:] == [
+        "  same     research",
+        "  differs  summarize",
+        "             request: model call 1 was sent another request than production's (an edited prompt, "
+        "model or setting, or a changed input): it got production's reply all the same",
+        "  same     save",
+        "1 of 3 steps differs from production",
+    ]
+    as_data = replay_from_run(setup, production["run_id"], "--workflow", "edited.yaml", "--json")
+    assert as_data.returncode == 3, as_data.stderr[-3000:]
+    document = json.loads(as_data.stdout)
+    assert (document["dag_id"], document["run_id"], document["same"]) == (DAG_ID, production["run_id"], False)
+    assert document["local_status"] == "success"
+    steps = {step["step"]: step for step in document["steps"]}
+    assert [step["same"] for step in document["steps"]] == [True, False, True]
+    assert steps["summarize"]["differences"]["request"]["call"] == 1
+    assert server.count == 3  # nothing reached the vendor (it is stopped: a call would have failed the run)
+
+
+@pytest.mark.timeout(300)
+def test_replay_from_run_names_each_step_that_kept_no_reply_and_runs_nothing(setup: Setup) -> None:
+    """Replies a run no longer has (``[state_store] clear_on_success``, the retention, an older
+    version): the replay says so by step and exits 4 before anything runs."""
+    import sqlite3
+
+    production = setup.cli("run", "wf.yaml")
+    with sqlite3.connect(setup.home / "airflow.db") as db:  # what a cleanup after the run does
+        db.execute("DELETE FROM task_state_store WHERE run_id = ?", (production["run_id"],))
+    refused = replay_from_run(setup, production["run_id"])
+    assert refused.returncode == 4
+    assert refused.stderr.splitlines()[-3:] == [
+        f"agentloom: cannot replay run {production['run_id']!r} of {DAG_ID!r} offline: 2 model step(s) kept no reply",
+        "  research: production kept no model reply for it ([state_store] clear_on_success, an entry past "
+        "[state_store] default_retention_days, or a run older than this provider's replies in the task state store)",
+        "  summarize: production kept no model reply for it ([state_store] clear_on_success, an entry past "
+        "[state_store] default_retention_days, or a run older than this provider's replies in the task state store)",
+    ]
+    assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.timeout(120)
+def test_replay_from_run_bad_inputs_are_one_line_each(tmp_path: Path) -> None:
+    """An unknown DAG, an unreachable API, a refused token (a loopback server that answers 401), plain
+    http to another host, a password asked for on the command line: one line each, exit 1, no
+    traceback, and the token never printed. Nothing runs (in a home of its own, in the command's
+    own process)."""
+    home = tmp_path / "home"
+    env = cli_env(home, AIRFLOW_API_TOKEN=(secret := "tok-never-printed-3f9a"))
+    refusing = LoopbackServer(
+        lambda _request: Reply(status=401, json={"detail": "Not authenticated"})
+    ).start()
+    cases = [
+        (
+            ("--from-run", "nope", "r1", "--api", refusing.url),
+            f"agentloom: the Airflow API at {refusing.url} refused the token (401 Unauthorized): "
+            "check $AIRFLOW_API_TOKEN (it may have expired), or log in with --user",
+        ),
+        (
+            ("--from-run", "nope", "r1"),
+            f"agentloom: unknown DAG 'nope': the home {home} has no run of it "
+            "(a run of serve on PostgreSQL, or of another Airflow, is read with --api URL)",
+        ),
+        (
+            ("--from-run", "nope", "r1", "--api", "http://127.0.0.1:9"),
+            "agentloom: cannot reach the Airflow API at http://127.0.0.1:9: [Errno 111] Connection refused",
+        ),
+        (
+            ("--from-run", "nope", "r1", "--api", "http://airflow.example.com"),
+            "agentloom: --api 'http://airflow.example.com': plain http only to a loopback address "
+            "(the token would travel in the clear); use https",
+        ),
+        (
+            ("--from-run", "nope", "r1", "--api", "https://airflow.example.com", "--user", "admin"),
+            "agentloom: --user admin: give the password in $AIRFLOW_API_PASSWORD "
+            "(never on the command line, where every local user can read it)",
+        ),
+    ]
+    try:
+        for args, line in cases:
+            proc = run_cli("replay", *args, cwd=tmp_path, env=env)
+            assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (1, line), proc.stderr[-2000:]
+            assert "Traceback" not in proc.stderr
+            assert secret not in proc.stderr + proc.stdout
+    finally:
+        refusing.stop()
+    assert refusing.requests[0].headers["authorization"] == f"Bearer {secret}"  # it was sent, to loopback
+    usage = run_cli("replay", "wf.yaml", "--from-run", "d", "r", cwd=tmp_path, env=env)
+    assert usage.returncode == 2
+    assert usage.stderr.strip().splitlines()[-1] == (
+        "agentloom: error: --from-run replays a production run: name the workflow with --workflow FILE, "
+        "without FILE --recording"
+    )

@@ -9,7 +9,13 @@ A page's samples are its fences (```` ```lang title="name" ````):
 - a ``console`` fence is commands (``$ ...``) each followed by what it prints: each is run, in order,
   in the page's folder, and its output (stderr, then stdout: what a terminal shows) compared with the
   page's after :func:`normalize`. A command shown without output must exit 0;
-- a ``bash`` fence is shown only (installs, servers, other hosts): not run, and counted as such.
+- a ``bash`` fence is a script: the page's scripts run in order, as one shell session (what one
+  exports, the next sees), in the page's folder, and must exit 0. One that cannot run here (an
+  install from PyPI, Docker, a server that runs until Ctrl-C, a host of the reader's) says so on the
+  line before it, with its reason: ``<!-- not run: needs a Docker engine -->`` (hidden when the
+  page renders); a marker without a reason is an error.
+
+The README is a page too (its example workflow and what its run prints).
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+CHECKOUT = Path(__file__).resolve().parents[2]
+DOCS = CHECKOUT / "docs"
+README = CHECKOUT / "README.md"
 
 SHOWN_FOLDER = "/home/me/tutorial"
 """The folder the pages' outputs were printed in; a test's own folder is shown as this one."""
@@ -28,6 +36,7 @@ _DURATION = re.compile(r"\b\d+(?:\.\d+)? ?(?:ms|s)\b")
 _PROGRESS = re.compile(r"^  (?:ok|skipped|FAILED|paused|retry)\s")
 _FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 _TITLE = re.compile(r'title="([^"]+)"')
+_NOT_RUN = re.compile(r"<!-- not run:([^\n]*?)-->[ \t]*\n\s*\Z")
 
 
 @dataclass
@@ -43,20 +52,26 @@ class Page:
     fragments: list[str] = field(default_factory=list)
     python: list[str] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
-    shown_only: int = 0
+    scripts: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+    """The reasons of the ``bash`` fences marked as not run (an empty one fails the page's test)."""
 
     @property
     def name(self) -> str:
-        return self.path.relative_to(DOCS).as_posix()
+        return self.path.relative_to(CHECKOUT if self.path == README else DOCS).as_posix()
 
     def count(self) -> int:
-        """The samples this page's test runs: files, fragments and commands."""
-        return len(self.files) + len(self.fragments) + len(self.python) + len(self.commands)
+        """The samples this page's test runs: files, fragments, commands and scripts."""
+        return (
+            len(self.files) + len(self.fragments) + len(self.python) + len(self.commands) + len(self.scripts)
+        )
 
 
 def read_page(path: Path) -> Page:
     page = Page(path)
-    for lang, info, body in _FENCE.findall(path.read_text(encoding="utf-8")):
+    text = path.read_text(encoding="utf-8")
+    for match in _FENCE.finditer(text):
+        lang, info, body = match.groups()
         title = _TITLE.search(info)
         if lang in ("yaml", "json") and title:
             if not title.group(1).startswith("examples/"):
@@ -68,7 +83,11 @@ def read_page(path: Path) -> Page:
         elif lang == "console":
             page.commands += _commands(body)
         elif lang == "bash":
-            page.shown_only += 1
+            marker = _NOT_RUN.search(text, 0, match.start())
+            if marker is None:
+                page.scripts.append(body)
+            else:
+                page.not_run.append(marker.group(1).strip())
     return page
 
 
@@ -83,7 +102,7 @@ def _commands(body: str) -> list[Command]:
 
 
 def pages() -> list[Page]:
-    return [read_page(path) for path in sorted(DOCS.rglob("*.md"))]
+    return [read_page(path) for path in [README, *sorted(DOCS.rglob("*.md"))]]
 
 
 _RUNNER_NOTICE = "agentloom: started a warm runner for "

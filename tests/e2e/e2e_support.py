@@ -468,12 +468,6 @@ class AirflowStack:
 
         return dict(wait_for(f"run {dag_id}/{run_id} to finish", finished, timeout))
 
-    def workload_reported(self, dag_id: str, run_id: str, task_id: str) -> bool:
-        """Whether the scheduler has received its executor's event of the task's workload (its log)."""
-        key = f"dag_id='{dag_id}', task_id='{task_id}', run_id='{run_id}'"
-        text = (self.logs / "scheduler.log").read_text(encoding="utf-8", errors="replace")
-        return any("Received executor event" in line and key in line for line in text.splitlines())
-
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
         body = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}

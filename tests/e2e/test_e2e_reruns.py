@@ -10,11 +10,15 @@ live module it shares the stack with):
   clear (``clearTaskInstances``) calls the model again; cleared with its upstream after the input
   changed, it answers the new prompt; after the prompt is edited in the file, it answers that;
 - ``e2e-retry``: an agent whose second model call fails once with a 500; the retry reuses the first
-  reply (the loopback vendor counts the requests).
+  reply (the loopback vendor counts the requests);
+- a run of ``e2e-retry`` replayed from ``--api`` (issue 22, part 4): ``agentloom replay --from-run``
+  reads the run's kept replies and tool result over the REST API and runs the DAG's own file
+  offline, in a home of its own: the vendor sees no request.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from collections.abc import Iterator
@@ -23,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_support import cli_env, run_cli
 from e2e_support import AirflowStack, ModelConnection, SharedStacks, StackPart, wait_for
 
 _LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
@@ -219,3 +224,37 @@ def test_a_retry_after_a_failure_reuses_the_reply_it_already_got(stack: AirflowS
 
 def _is_retry(request: SeenRequest) -> bool:
     return any(m["role"] == "user" and m["content"] == "retry-me" for m in request.body["messages"])
+
+
+@pytest.mark.timeout(600)
+def test_a_production_run_replayed_from_the_rest_api_calls_no_model(
+    stack: AirflowStack, tmp_path: Path
+) -> None:
+    server = MODEL.server
+    with stack.explain_failure():
+        stack.trigger(RETRY_DAG, "replay_1", {})
+        run = stack.wait_run(RETRY_DAG, "replay_1", timeout=180)
+        assert run["state"] == "success", stack.task_states(RETRY_DAG, "replay_1")
+    kept = stack.get(f"/api/v2/dags/{RETRY_DAG}/dagRuns/replay_1/taskInstances/agent/state-store")
+    assert {entry["key"] for entry in kept["task_state_store"]} >= {
+        "agentloom_reply_0",
+        "agentloom_reply_1",
+        "agentloom_tool_1_0",
+    }
+    assert stack.client is not None
+    token = stack.client.headers["Authorization"].removeprefix("Bearer ")
+    before = server.count
+    env = cli_env(tmp_path / "home", AIRFLOW_API_TOKEN=token)
+    api = str(stack.client.base_url)
+    proc = run_cli(
+        "replay", "--from-run", RETRY_DAG, "replay_1", "--api", api, "--json", cwd=tmp_path, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    document = json.loads(proc.stdout)
+    assert document["workflow_file"] == str(stack.dags_folder / "e2e_retry.yaml")
+    assert document["source"] == f"the Airflow API {api.rstrip('/')}"
+    assert [(s["step"], s["same"], s["local_status"]) for s in document["steps"]] == [
+        ("agent", True, "success")
+    ]
+    assert server.count == before  # offline: the vendor was not called
+    assert token not in proc.stdout + proc.stderr

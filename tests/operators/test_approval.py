@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from airflow_support import run_dag_test, task_states, xcom
-from approval_support import responder, response_recorded
+from approval_support import gate_resumed, responder, response_recorded, scheduler_reads_the_late_exit
 from spine_tools import TOOLS
 from wait_support import wait_until
 
@@ -137,6 +137,58 @@ def test_an_answer_dag_test_overwrote_is_given_again(tmp_path: Path, monkeypatch
     assert run["thread"].answered == ["approve"]
     assert run["states"]["approve"] == ("success", 1)
     assert xcom(run["dag_run"], "finalise")["decision"] == "approved"
+
+
+def _answered_as_it_parks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, *, guarded: bool
+) -> Any:
+    """Run a gate answered before the exit of the try that parked reaches the scheduler.
+
+    ``dag.test()`` is held on the parked try's return until the responder's answer has resumed
+    the gate; then the resumed try is queued and the scheduler reads that exit
+    (``approval_support.scheduler_reads_the_late_exit``). Returns ``(run, state after)``. The
+    responder answers once and fails the run if the gate asks again.
+    """
+    from airflow.sdk.execution_time import supervisor
+
+    run_in_process = supervisor.run_task_in_process
+    after: list[str] = []
+
+    def parked_then_late_exit(*args: Any, **kwargs: Any) -> Any:
+        result = run_in_process(*args, **kwargs)
+        if result.ti.task_id == "approve" and result.ti.state == "awaiting_input" and not after:
+            wait_until(lambda: gate_resumed(result.ti), 30, "the responder's answer to resume the gate")
+            after.append(scheduler_reads_the_late_exit(result.ti, guarded=guarded))
+            # dag.test() writes the returned state over the database's: return the scheduler's.
+            result.ti.state = after[0]
+        return result
+
+    monkeypatch.setattr(supervisor, "run_task_in_process", parked_then_late_exit)
+    retry = "    retry: {max_retries: 1, backoff_max: 0}"
+    return _run(_gated(name, retry), tmp_path, {"approve": True}, deadline=60.0), after
+
+
+def test_an_answer_given_as_the_gate_parks_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler drops the parked try's late exit (the provider's guard): the answer stands."""
+    run, after = _answered_as_it_parks(monkeypatch, tmp_path, "gate_late_exit", guarded=True)
+    assert after == ["scheduled"]
+    assert run["thread"].answered == ["approve"]
+    assert run["states"]["approve"] == ("success", 1)
+    assert xcom(run["dag_run"], "finalise")["decision"] == "approved"
+    assert xcom(run["dag_run"], "approve", key="agentloom")["extra"]["responded_by"] == "tester"
+
+
+def test_without_the_guard_airflow_loses_that_answer_and_the_gate_asks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow 3.3's own handling (what the guard fixes; this fails once Airflow fixes it itself).
+
+    It fails the resumed try, the retry writes its request again (the execution API's upsert
+    clears the answer of a request that has one) and asks again: the responder, answering once,
+    fails the run.
+    """
+    with pytest.raises(AssertionError, match="'approve' asked again after it was answered"):
+        _answered_as_it_parks(monkeypatch, tmp_path, "gate_late_exit_unguarded", guarded=False)
 
 
 def test_gate_dag_serializes_with_response_timeout(tmp_path: Path) -> None:

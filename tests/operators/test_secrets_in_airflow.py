@@ -336,11 +336,28 @@ def test_runner_rejected_key_fails_once_and_no_log_file_or_error_quotes_it(
 # -- the connection type, as Airflow lists it ------------------------------------------------------
 
 
-def _airflow_cli(*args: str, home: Path) -> Any:
+# The ``airflow`` console script's own parser and commands (``airflow.__main__`` does no more than
+# parse and call), run for several commands in one fresh interpreter: one Airflow start, not three.
+_AIRFLOW_COMMANDS = """
+import contextlib, io, json, sys
+from airflow.cli import cli_parser
+printed = []
+for command in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        args = cli_parser.get_parser().parse_args([*command, "-o", "json"])
+        args.func(args)
+    printed.append(json.loads(out.getvalue()))
+print(json.dumps(printed))
+"""
+
+
+def _airflow_cli(*commands: list[str], home: Path) -> list[Any]:
+    """What ``airflow COMMAND -o json`` prints for each command, parsed, in a fresh Airflow home."""
     env = {n: v for n, v in os.environ.items() if not n.startswith(("AIRFLOW", "AGENTLOOM"))}
     env["AIRFLOW_HOME"] = str(home)
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), *args, "-o", "json"],
+        [sys.executable, "-c", _AIRFLOW_COMMANDS, json.dumps(commands)],
         env=env,
         cwd=home,
         capture_output=True,
@@ -349,16 +366,19 @@ def _airflow_cli(*args: str, home: Path) -> Any:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    printed: list[Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return printed
 
 
 def test_airflow_cli_lists_the_provider_its_connection_type_and_fields(tmp_path: Path) -> None:
-    providers = _airflow_cli("providers", "list", home=tmp_path)
+    providers, hook_rows, widgets = _airflow_cli(
+        ["providers", "list"], ["providers", "hooks"], ["providers", "widgets"], home=tmp_path
+    )
     ours = [p for p in providers if p["package_name"] == "airflow-provider-agentloom"]
     assert len(ours) == 1
     assert ours[0]["version"] == "0.1.0"
 
-    hooks = {h["connection_type"]: h for h in _airflow_cli("providers", "hooks", home=tmp_path)}
+    hooks = {h["connection_type"]: h for h in hook_rows}
     assert hooks["agentloom_llm"] == {
         "connection_type": "agentloom_llm",
         "class": "airflow_provider_agentloom.hooks.llm.AgentLoomLLMHook",
@@ -367,7 +387,6 @@ def test_airflow_cli_lists_the_provider_its_connection_type_and_fields(tmp_path:
         "hook_name": "AgentLoom LLM",
     }
 
-    widgets = _airflow_cli("providers", "widgets", home=tmp_path)
     ours_fields = {
         w["connection_parameter_name"]
         for w in widgets

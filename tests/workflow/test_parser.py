@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import subprocess
 import sys
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_agentloom.cli import run_cli
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.workflow.models import AgentStep, ToolStep
 from airflow_provider_agentloom.workflow.parser import WorkflowParser, load_workflow, parse_workflow_text
@@ -17,12 +20,27 @@ BROKEN = Path(__file__).parents[1] / "data" / "broken"
 
 
 def agentloom(*args: str) -> subprocess.CompletedProcess[str]:
+    """``agentloom ARGS`` as the console script runs it, in a fresh interpreter."""
     return subprocess.run(
         [sys.executable, "-m", "airflow_provider_agentloom.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+    )
+
+
+def validate(*paths: str) -> subprocess.CompletedProcess[str]:
+    """``agentloom validate PATHS`` in this process: what it prints and its exit code.
+
+    The same ``run_cli`` the console script calls (``test_validate_accepts_every_upstream_example``
+    runs the console script itself); in-process, as a fresh interpreter costs seconds per call.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_cli(["validate", *paths])
+    return subprocess.CompletedProcess(
+        ["agentloom", "validate", *paths], code, out.getvalue(), err.getvalue()
     )
 
 
@@ -69,7 +87,7 @@ def test_validate_rejects_broken_file_with_file_line_and_key(
     name: str, line: int, key: str, words: str
 ) -> None:
     path = BROKEN / name
-    proc = agentloom("validate", str(path))
+    proc = validate(str(path))
     assert proc.returncode == 1
     expected = f"{path}:{line}: {key}:" if key else f"{path}:{line}:"
     assert expected in proc.stderr, proc.stderr
@@ -119,7 +137,7 @@ def test_run_time_failures_still_load_and_validate_warns(tmp_path: Path) -> None
     )
     workflow = load_workflow(path)
     assert isinstance(workflow.steps[0], ToolStep)
-    proc = agentloom("validate", str(path))
+    proc = validate(str(path))
     assert proc.returncode == 0, proc.stderr
     assert "'no_name' has no tool_name" in proc.stdout
     assert "not_registered_anywhere" not in proc.stdout  # validate doesn't look tools up
@@ -173,7 +191,7 @@ def test_a_template_no_run_can_render_is_refused_at_its_line(tmp_path: Path) -> 
     )  # fmt: skip
     assert "asks for a width of a number of 38 digits" in child_issue.message
     # validate refuses the file (exit 1) with the same lines, as the dags-folder loader does
-    proc = agentloom("validate", str(path))
+    proc = validate(str(path))
     assert proc.returncode == 1
     assert f"{path}:4: steps[0].tool_args.deep[1].command: step 'args': broken braces" in proc.stderr
     assert f"{path}:10: steps[1].prompt: step 'ask': {{state.x:😀>100000000}} asks for a width" in proc.stderr
@@ -193,7 +211,7 @@ def test_literal_braces_and_a_legitimate_format_spec_load() -> None:
 def test_validate_reports_implicit_edges_and_unseen_same_layer_reads(
     examples_dir: Path, tmp_path: Path
 ) -> None:
-    proc = agentloom("validate", str(examples_dir / "17_sandbox_allowed.yaml"))
+    proc = validate(str(examples_dir / "17_sandbox_allowed.yaml"))
     assert proc.returncode == 0
     assert (
         "'write_output' reads echo_result, which 'safe_echo' writes in the same or a later layer"
@@ -208,7 +226,7 @@ def test_validate_reports_implicit_edges_and_unseen_same_layer_reads(
         "  - {id: d, type: tool, tool_name: x, tool_args: {v: '{state.first}'}}\n"
         "  - {id: e, type: tool, tool_name: x, depends_on: [c], tool_args: {v: state.first}}\n"
     )
-    proc = agentloom("validate", str(path))
+    proc = validate(str(path))
     # d is in layer 0, like a: it cannot see a's write, and validate says so
     assert "'d' reads first, which 'a' writes in the same or a later layer" in proc.stdout
     assert "added the dependency" not in proc.stdout  # e already depends on a through c
@@ -222,7 +240,7 @@ def test_validate_reports_an_added_dependency(tmp_path: Path) -> None:
         "  - {id: b, type: tool, tool_name: x, output: second}\n"
         "  - {id: c, type: tool, tool_name: x, depends_on: [b], tool_args: {v: '{state.first} {steps.b.output}'}}\n"
     )
-    proc = agentloom("validate", str(path))
+    proc = validate(str(path))
     assert "step 'c' reads first written by 'a': added the dependency a >> c" in proc.stdout
 
 

@@ -56,6 +56,7 @@ RunCommand = Callable[[list[str]], int]
 
 _RUN_MODULES = (
     "airflow_provider_agentloom.cli.run",
+    "airflow_provider_agentloom.cli.replay",
     "airflow_provider_agentloom.dag.build",
     "airflow_provider_agentloom.runner.engine",
 )

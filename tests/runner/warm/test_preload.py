@@ -84,6 +84,38 @@ def test_loading_the_ui_plugin_preloads_nothing_and_registers_no_listener(tmp_pa
     assert found["listeners"] is False
 
 
+LOAD_THE_PLUGIN_IN_A_SCHEDULER = """
+import json, sys
+scheduler = sys.argv[1] == "scheduler"
+if scheduler:  # a scheduler's process has imported its job before the job loads the plugins
+    import airflow.jobs.scheduler_job_runner
+from airflow_provider_agentloom.runner.warm.plugin import AgentLoomPreloadPlugin
+AgentLoomPreloadPlugin().on_load()
+runner = sys.modules.get("airflow.jobs.scheduler_job_runner")
+method = None if runner is None else runner.SchedulerJobRunner.__dict__["process_executor_events"]
+print(json.dumps({"guarded": bool(method and getattr(method.__func__, "__agentloom_guard__", False))}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("process", "setting", "guarded"),
+    [
+        ("scheduler", {}, True),
+        ("scheduler", {"AIRFLOW__AGENTLOOM__IGNORE_STALE_RESUME_EXITS": "False"}, False),
+        ("task", {}, False),
+    ],
+    ids=["scheduler", "scheduler-off", "not-a-scheduler"],
+)
+def test_the_plugin_guards_a_schedulers_resumed_tries(
+    tmp_path: Path, process: str, setting: dict[str, str], guarded: bool
+) -> None:
+    """In a scheduler, the plugin's load applies ``_airflow.ignore_stale_resume_exits`` (on by default)."""
+    found = fresh_python_json(
+        tmp_path, LOAD_THE_PLUGIN_IN_A_SCHEDULER, process, AIRFLOW__CORE__LOAD_EXAMPLES="False", **setting
+    )
+    assert found == {"guarded": guarded}
+
+
 def test_the_preload_plugin_has_its_own_entry_point() -> None:
     """Installed metadata is read from pyproject: a reinstall (``pip install -e .``) picks it up."""
     plugins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
