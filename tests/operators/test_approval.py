@@ -160,7 +160,7 @@ def _answered_as_it_parks(
             wait_until(lambda: gate_resumed(result.ti), 30, "the responder's answer to resume the gate")
             after.append(scheduler_reads_the_late_exit(result.ti, guarded=guarded))
             # dag.test() writes the returned state over the database's: return the scheduler's.
-            result.ti.state = after[0]
+            result.ti.state = after[0]  # type: ignore[assignment]  # the state's value, as the database has it
         return result
 
     monkeypatch.setattr(supervisor, "run_task_in_process", parked_then_late_exit)
