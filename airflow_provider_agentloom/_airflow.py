@@ -62,6 +62,7 @@ __all__ = [
     "read_xcom",
     "resume_with_response",
     "record_import_error",
+    "request_input",
     "schedule_ready_tasks",
     "scheduler_dag",
     "serve_latest_execution_api_only",
@@ -538,6 +539,35 @@ def answer_hitl(
     if ti.state in (TaskInstanceState.AWAITING_INPUT, TaskInstanceState.DEFERRED):
         resume_with_response(session, ti)
     session.commit()
+
+
+def request_input(
+    ti_id: Any, *, subject: str, body: str, options: list[str], defaults: list[str] | None
+) -> tuple[str | None, str | None]:
+    """In a task: write its Human-in-the-loop request as ``HITLOperator.execute`` does; return what is stored.
+
+    The same message to the task supervisor as ``airflow.sdk.execution_time.hitl.upsert_hitl_detail``
+    (which drops the reply). The reply matters: Airflow 3.3 keeps one request per task try, and a
+    second request of the same try keeps the first one's subject and body (only the answer is
+    cleared), so the caller compares what is stored with what it asked. The contract test sends
+    two requests in one try and reads them back.
+    """
+    from airflow.sdk.execution_time.comms import CreateHITLDetailPayload
+    from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+    stored = SUPERVISOR_COMMS.send(
+        msg=CreateHITLDetailPayload(
+            ti_id=ti_id,
+            options=options,
+            subject=subject,
+            body=body,
+            defaults=defaults,
+            params={},
+            multiple=False,
+            assigned_users=[],
+        )
+    )
+    return getattr(stored, "subject", None), getattr(stored, "body", None)
 
 
 class _SweepHost:

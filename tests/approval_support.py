@@ -25,14 +25,28 @@ from typing import Any
 
 
 class GateResponder(threading.Thread):
-    """Answer ``answers`` (``{task_id: approve?}``) and run the timeout sweep until stopped."""
+    """Answer ``answers`` and run the timeout sweep until stopped.
+
+    ``answers`` is ``{task_id: approve?}``, or ``{task_id: [approve?, ...]}`` for a step that asks
+    several questions (``approve_tools``): each question waiting gets the next answer. Every
+    request answered is kept in ``asked`` (``(subject, body)`` by task id, in order).
+    """
 
     def __init__(
-        self, dag_id: str, answers: Mapping[str, bool], *, sweep: bool = False, deadline: float = 90.0
+        self,
+        dag_id: str,
+        answers: Mapping[str, bool | list[bool]],
+        *,
+        sweep: bool = False,
+        deadline: float = 90.0,
     ) -> None:
         super().__init__(daemon=True, name=f"gate-responder-{dag_id}")
         self.dag_id = dag_id
-        self.answers = dict(answers)
+        self.answers = {
+            task_id: list(answer) if isinstance(answer, list) else [answer]
+            for task_id, answer in answers.items()
+        }
+        self.asked: dict[str, list[tuple[str | None, str | None]]] = {}
         self.sweep = sweep
         self.deadline = time.monotonic() + deadline
         self.done = threading.Event()
@@ -69,10 +83,12 @@ class GateResponder(threading.Thread):
                 self.bodies[gate.task_id] = gate.body
                 if _resume_answered(session, gate):
                     continue
-                if gate.task_id in self.answered:  # its answer was lost: a person would be asked twice
+                queue = self.answers.get(gate.task_id)
+                if gate.task_id in self.answered and not queue:  # its answer was lost: asked twice
                     raise AssertionError(f"gate {gate.task_id!r} asked again after it was answered")
-                if gate.task_id in self.answers:
-                    approve = self.answers.pop(gate.task_id)
+                if queue:  # a step with approve_tools asks once per tool call: the next answer
+                    self.asked.setdefault(gate.task_id, []).append((gate.subject, gate.body))
+                    approve = queue.pop(0)
                     answer_gate(
                         session,
                         dag_id=gate.dag_id,
@@ -212,7 +228,9 @@ def _import_the_models() -> None:
 
 
 @contextmanager
-def responder(dag_id: str, answers: Mapping[str, bool], **kwargs: Any) -> Iterator[GateResponder]:
+def responder(
+    dag_id: str, answers: Mapping[str, bool | list[bool]], **kwargs: Any
+) -> Iterator[GateResponder]:
     """Run a :class:`GateResponder` while the block (a ``dag.test()``) runs; raise what it met."""
     _import_the_models()
     thread = GateResponder(dag_id, answers, **kwargs)

@@ -365,6 +365,45 @@ def test_waiting_gate_instances_and_gate_instance_load_the_request(
     assert one.hitl_detail.options == ["Approve", "Reject"]
 
 
+class _ExecutionApiComms:
+    """What a task's supervisor does with a ``CreateHITLDetailPayload``: the Execution API's upsert route."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def send(self, msg: Any) -> Any:
+        from airflow.api_fastapi.execution_api.datamodels.hitl import HITLDetailRequest
+        from airflow.api_fastapi.execution_api.routes.hitl import upsert_hitl_detail
+        from airflow.sdk.execution_time.comms import HITLDetailRequestResult
+
+        payload = HITLDetailRequest.model_validate(msg.model_dump(exclude={"type"}))
+        stored = upsert_hitl_detail(msg.ti_id, payload, self.session)
+        self.session.commit()
+        return HITLDetailRequestResult.from_api_response(stored)  # type: ignore[arg-type]  # same fields
+
+
+def test_request_input_writes_the_request_and_a_second_one_of_the_try_keeps_the_first_text(
+    started: tuple[DAG, Any], session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The message a task sends as HITLOperator does; Airflow 3.3 keeps one request per try."""
+    from airflow.sdk.execution_time import task_runner
+
+    dag, run = started
+    run.dag = _airflow.scheduler_dag(dag)
+    _airflow.schedule_ready_tasks(session, run)
+    ti = next(ti for ti in run.get_task_instances(session=session) if ti.task_id == "first")
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", _ExecutionApiComms(session), raising=False)
+    options = ["Approve", "Reject"]
+    first = _airflow.request_input(ti.id, subject="Run a?", body="call a", options=options, defaults=None)
+    assert first == ("Run a?", "call a")
+    second = _airflow.request_input(ti.id, subject="Run b?", body="call b", options=options, defaults=None)
+    assert second == ("Run a?", "call a")  # the limit operators.tool_approvals works around
+    detail = _airflow.gate_instance(
+        session, dag_id=dag.dag_id, run_id=run.run_id, task_id="first"
+    ).hitl_detail
+    assert (detail.subject, detail.options) == ("Run a?", options)
+
+
 class _User:
     def __init__(self, name: str) -> None:
         self.name = name

@@ -207,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=Command("run", "run"))
 
     resume = commands.add_parser(
-        "resume", help="continue a run paused at an approval gate, answering the gate"
+        "resume", help="continue a run paused at an approval gate or a tool call, answering it"
     )
     resume.add_argument("run_id", metavar="RUN_ID")
     answer = resume.add_mutually_exclusive_group(required=True)
@@ -217,6 +217,7 @@ def _parser() -> argparse.ArgumentParser:
     answer.add_argument(
         "--reject", nargs="?", const="", metavar="STEP", help="reject the gate (default: the one waiting)"
     )
+    _add_tool_answer_options(answer)
     resume.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
     _add_home_options(resume)
     resume.set_defaults(handler=Command("run", "resume"))
@@ -329,7 +330,25 @@ def _add_home_options(command: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_tool_answer_options(group: argparse._MutuallyExclusiveGroup) -> None:
+    group.add_argument(
+        "--approve-tools",
+        dest="tool_answer",
+        action="store_const",
+        const=True,
+        help="approve every tool call of approve_tools (agent and llm_call steps) when it waits",
+    )
+    group.add_argument(
+        "--reject-tools",
+        dest="tool_answer",
+        action="store_const",
+        const=False,
+        help="reject every tool call of approve_tools: the model reads 'refused by a reviewer'",
+    )
+
+
 def _add_gate_options(command: argparse.ArgumentParser) -> None:
+    _add_tool_answer_options(command.add_mutually_exclusive_group())
     command.add_argument(
         "--approve",
         action="append",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 from airflow_provider_agentloom.exceptions import ValidationIssue
@@ -42,8 +42,23 @@ def progress_line(result: StepResult, event: str) -> str:
     line += ")"
     if result.error:
         line += f"  {result.error}"
+    for approval in result.tool_approvals:
+        line += "\n          " + tool_approval_line(approval)
     if result.log_file and result.status in (StepStatus.FAILED, StepStatus.TIMEOUT):
         line += f"\n          task log: {result.log_file}"
+    return line
+
+
+def tool_approval_line(approval: Mapping[str, Any]) -> str:
+    """One tool-call question of a step and its answer: who gave it and how long it waited."""
+    line = f"tool call {approval.get('tool')} {approval.get('arguments')}: "
+    line += "approved" if approval.get("approved") else "rejected"
+    if approval.get("timed_out"):
+        line += " (on_timeout)"
+    elif approval.get("by"):
+        line += f" by {approval['by']}"
+    if isinstance(approval.get("waited_s"), int | float):
+        line += f" after {approval['waited_s']:.1f} s"
     return line
 
 

@@ -33,7 +33,7 @@ from airflow_provider_agentloom.workflow.parser import load_workflow
 from airflow_provider_agentloom.workflow.state import unknown_keys_message
 
 if TYPE_CHECKING:
-    from airflow_provider_agentloom.runner.engine import AskGate
+    from airflow_provider_agentloom.runner.approvals import AskGate
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -73,8 +73,16 @@ def run(args: argparse.Namespace) -> int:
         record_tools=args.record_tools,
         tools=tuple(args.tools),
     )
-    ask = _ask_on_terminal if not answers and _stdin_is_terminal() else None
-    return _execute(args, workflow, options, answers=answers, ask=ask)
+    tool_answer = getattr(args, "tool_answer", None)
+    asks = not answers and tool_answer is None and _stdin_is_terminal()
+    return _execute(
+        args,
+        workflow,
+        options,
+        answers=answers,
+        ask=_ask_on_terminal if asks else None,
+        tool_answer=tool_answer,
+    )
 
 
 def resume(args: argparse.Namespace) -> int:
@@ -96,10 +104,17 @@ def resume(args: argparse.Namespace) -> int:
         if Path(options.cwd).is_dir():
             os.chdir(options.cwd)
         workflow = load_workflow(options.file)
-        step = args.approve if args.approve is not None else args.reject
-        gate = _waiting_gate(args.run_id, workflow, step)
-        answers = {gate: args.approve is not None}
-        return _execute(args, workflow, options, answers=answers, resume_run_id=args.run_id)
+        tool_answer = getattr(args, "tool_answer", None)
+        if tool_answer is not None:  # every tool-call question, from now on
+            _waiting_gate(args.run_id, workflow, "", tool_calls=True)
+            answers: dict[str, bool] = {}
+        else:
+            step = args.approve if args.approve is not None else args.reject
+            gate = _waiting_gate(args.run_id, workflow, step)
+            answers = {gate: args.approve is not None}
+        return _execute(
+            args, workflow, options, answers=answers, tool_answer=tool_answer, resume_run_id=args.run_id
+        )
     except RunNotResumable as exc:
         print_error(args, str(exc))
         return EXIT_FAILED
@@ -112,12 +127,21 @@ def _execute(
     *,
     answers: dict[str, bool],
     ask: AskGate | None = None,
+    tool_answer: bool | None = None,
     resume_run_id: str | None = None,
 ) -> int:
     """Run (or resume) ``workflow`` with ``options``; print progress, the summary and the result."""
     from airflow_provider_agentloom.cli.render import output_lines  # see execute's imports
 
-    result, code = execute(args, workflow, options, answers=answers, ask=ask, resume_run_id=resume_run_id)
+    result, code = execute(
+        args,
+        workflow,
+        options,
+        answers=answers,
+        ask=ask,
+        tool_answer=tool_answer,
+        resume_run_id=resume_run_id,
+    )
     if args.json:
         print(json.dumps(_json_document(result), indent=2, ensure_ascii=False, default=str))
     else:
@@ -136,6 +160,7 @@ def execute(
     *,
     answers: dict[str, bool],
     ask: AskGate | None = None,
+    tool_answer: bool | None = None,
     resume_run_id: str | None = None,
 ) -> tuple[Any, int]:
     """Run (or resume) ``workflow``, printing its progress and summary on stderr; its result and exit code."""
@@ -183,6 +208,7 @@ def execute(
                 run_context_options={"llm": llm},
                 answers=answers,
                 ask=ask,
+                tool_answer=tool_answer,
                 resume_run_id=resume_run_id,
                 record=record,
                 daemon=False,  # this process is the run process (or --no-daemon was asked)
@@ -257,9 +283,13 @@ def _stdin_is_terminal() -> bool:
         return False
 
 
-def _ask_on_terminal(step_id: str) -> bool | None:
-    """Ask on the terminal; ``y``/``yes`` approves, anything else rejects, end of input leaves it waiting."""
-    print(f"Approve step {step_id!r}? [y/N] ", end="", file=sys.stderr, flush=True)
+def _ask_on_terminal(step_id: str, question: str | None = None) -> bool | None:
+    """Ask on the terminal; ``y``/``yes`` approves, anything else rejects, end of input leaves it waiting.
+
+    A gate: ``Approve step 'x'? [y/N]``; a tool call: ``Run shell_command {"command": "ls"}? [y/N]``.
+    """
+    prompt = f"Step {step_id!r}: {question}" if question is not None else f"Approve step {step_id!r}?"
+    print(f"{prompt} [y/N] ", end="", file=sys.stderr, flush=True)
     line = sys.stdin.readline()
     if not line:
         print(file=sys.stderr)
@@ -270,8 +300,18 @@ def _ask_on_terminal(step_id: str) -> bool | None:
 def _print_resume_hint(args: argparse.Namespace, result: Any) -> None:
     home = f" --home {shlex.quote(str(Path(args.home).resolve()))}" if args.home else ""
     waiting = [sid for sid, step in result.step_results.items() if step.status.value == "paused"]
+    asking = _tool_questions(result.run_id)
     for step_id in waiting:
         quoted = shlex.quote(step_id)
+        if safe_id(step_id) in asking:
+            print(
+                f"Paused at a tool call of step {step_id!r}: {asking[safe_id(step_id)]}\n"
+                "To continue the run (the answer goes to every tool call that asks from then on):\n"
+                f"  agentloom resume {result.run_id}{home} --approve-tools\n"
+                f"  agentloom resume {result.run_id}{home} --reject-tools",
+                file=sys.stderr,
+            )
+            continue
         print(
             f"Paused at approval gate {step_id!r}. To continue the run:\n"
             f"  agentloom resume {result.run_id}{home} --approve {quoted}\n"
@@ -280,18 +320,46 @@ def _print_resume_hint(args: argparse.Namespace, result: Any) -> None:
         )
 
 
-def _waiting_gate(run_id: str, workflow: Any, step: str) -> str:
-    """The step id of the gate to answer: ``step``, or the one gate the run waits at."""
+def _tool_questions(run_id: str) -> dict[str, str]:
+    """``{step id: question}`` of the steps of ``run_id`` waiting for a tool-call answer."""
+    from airflow.utils.session import create_session
+
+    from airflow_provider_agentloom._airflow import waiting_gate_instances
+    from airflow_provider_agentloom.runner.approvals import tool_question
+
+    with create_session() as session:
+        asking = {
+            ti.task_id: tool_question(session, ti) for ti in waiting_gate_instances(session, run_id=run_id)
+        }
+    return {task_id: found[1] for task_id, found in asking.items() if found is not None}
+
+
+def _waiting_gate(run_id: str, workflow: Any, step: str, *, tool_calls: bool = False) -> str:
+    """The step id of the gate to answer: ``step``, or the one gate the run waits at.
+
+    :param tool_calls: the answer is for tool calls (``--approve-tools``): a step must wait for one.
+    """
     # Airflow reads its home's settings when first imported: only after prepare_home (in resume).
     from airflow.utils.session import create_session
 
     from airflow_provider_agentloom.runner.engine import RunNotResumable  # see _execute's imports
 
+    if tool_calls:
+        asking = _tool_questions(run_id)
+        if not asking:
+            raise RunNotResumable(f"run {run_id!r} is not paused at a tool call (approve_tools)")
+        return next(iter(asking))
     with create_session() as session:
         waiting = [gate.task_id for gate in waiting_gates(session, run_id=run_id)]
+    asking = _tool_questions(run_id)
     steps = {safe_id(s.id): s.id for s in workflow.steps}
-    waiting_steps = [steps.get(task_id, task_id) for task_id in waiting]
+    waiting_steps = [steps.get(task_id, task_id) for task_id in waiting if task_id not in asking]
     if not waiting_steps:
+        if asking:
+            raise RunNotResumable(
+                f"run {run_id!r} waits for an answer to a tool call, not at an approval gate: "
+                "resume it with --approve-tools or --reject-tools"
+            )
         raise RunNotResumable(f"run {run_id!r} is not paused at an approval gate")
     if not step:
         if len(waiting_steps) > 1:

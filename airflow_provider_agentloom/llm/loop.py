@@ -12,6 +12,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_agentloom.exceptions import ToolNotFoundError
+from airflow_provider_agentloom.llm.approvals import REFUSED, ToolApprovals
 from airflow_provider_agentloom.llm.base import ChatClient, OnChunk
 from airflow_provider_agentloom.llm.errors import clip
 from airflow_provider_agentloom.llm.gateway import ToolCallRecorder
@@ -103,6 +104,7 @@ async def run_tool_loop(
     *,
     replayed_tool_results: Mapping[str, RecordedToolResult] | None = None,
     kept_results: KeptToolResults | None = None,
+    approvals: ToolApprovals | None = None,
     on_tool_call: OnToolCall | None = None,
     on_chunk: OnChunk | None = None,
     max_parallel_tool_calls: int = DEFAULT_MAX_PARALLEL_TOOL_CALLS,
@@ -133,12 +135,19 @@ async def run_tool_loop(
     already ran (same tool, arguments and place) is not run again; its kept result or error is
     used and the record says ``replayed``. Every call that runs has its outcome kept there.
 
+    Approvals: with ``approvals``, a call of a tool it names that would run (not refused, not
+    replayed, not kept) needs an answer first. Before any call of a reply runs, each such call is
+    looked up in order: an approved one runs, a rejected one goes back to the model as
+    ``refused by a reviewer``, and the first one without an answer stops the loop with
+    ``ToolApprovalPending`` (``llm.approvals``), nothing of that reply having run.
+
     :param client: a ``ProviderGateway`` or a provider.
     :param request: the first request, with the tool declarations.
     :param execute_tool: runs a tool: ``await execute_tool(name, arguments)``.
     :param max_iterations: rounds of tool calls allowed (≥ 1).
     :param replayed_tool_results: recorded results by tool-call id.
     :param kept_results: tool outcomes kept across the attempts of a task (see ``llm.replay``).
+    :param approvals: the answers of the calls that wait for a person (see ``llm.approvals``).
     :param on_tool_call: receives each finished call.
     :param on_chunk: when given, every turn is streamed and its text chunks go here.
     :param max_parallel_tool_calls: tool calls running at the same time (≥ 1).
@@ -154,6 +163,7 @@ async def run_tool_loop(
         per_reply=max_tool_calls_per_reply,
         replayed=replayed_tool_results or {},
         kept=kept_results,
+        approvals=approvals,
     )
     messages = list(request.messages)
     records: list[ToolCallRecord] = []
@@ -202,6 +212,7 @@ class _CallPolicy:
     per_reply: int
     replayed: Mapping[str, RecordedToolResult]
     kept: KeptToolResults | None = None
+    approvals: ToolApprovals | None = None
 
     def refusal(self, index: int, call: ToolCall, total: int) -> str | None:
         """Return why ``call`` (the ``index``-th of ``total``) must not run, or None."""
@@ -228,14 +239,20 @@ async def _run_calls(
         _refused(call, reason) if (reason := policy.refusal(i, call, len(calls))) else _pending(call)
         for i, call in enumerate(calls)
     ]
+    # What replays instead of running is settled first: a replayed call needs no answer, and the
+    # questions are all asked before any call of the reply runs (a rejection changes nothing else).
+    recorded: list[RecordedToolResult | None] = [
+        None if results[i].error is not None else _recorded(response, call, (round_number, i), policy)
+        for i, call in enumerate(calls)
+    ]
+    if policy.approvals is not None:
+        _answers(response, policy, policy.approvals, round_number, results, recorded)
 
     async def run(index: int, call: ToolCall) -> None:
-        recorded = response.recorded_tool_results.get(call.id) or policy.replayed.get(call.id)
-        if recorded is None and policy.kept is not None:
-            recorded = policy.kept.kept(call.name, call.arguments, (round_number, index))
-        if recorded is not None:
+        kept = recorded[index]
+        if kept is not None:
             results[index] = results[index].model_copy(
-                update={"result": recorded.result, "error": recorded.error, "replayed": True}
+                update={"result": kept.result, "error": kept.error, "replayed": True}
             )
             return
         async with policy.limiter:
@@ -259,6 +276,41 @@ async def _run_calls(
             if results[index].error is None:
                 group.start_soon(run, index, call)
     return results
+
+
+def _answers(
+    response: ChatResponse,
+    policy: _CallPolicy,
+    approvals: ToolApprovals,
+    round_number: int,
+    results: list[ToolCallRecord],
+    recorded: list[RecordedToolResult | None],
+) -> None:
+    """Each call of ``response`` to approve, in order: its kept answer, or ToolApprovalPending.
+
+    A rejected call's record becomes ``refused by a reviewer``, kept as its outcome too (a replay
+    of the run reads it there); a call an earlier attempt already ran only has its answer noted.
+    """
+    for index, call in enumerate(response.tool_calls):
+        if results[index].error is not None or not approvals.needs(call.name):
+            continue
+        place = (round_number, index)
+        if recorded[index] is not None:
+            approvals.kept_answer(call, place)
+        elif not approvals.answer_for(call, place, response).approved:
+            results[index] = results[index].model_copy(update={"error": REFUSED})
+            if policy.kept is not None:
+                policy.kept.keep(call.name, call.arguments, place, None, REFUSED)
+
+
+def _recorded(
+    response: ChatResponse, call: ToolCall, place: tuple[int, int], policy: _CallPolicy
+) -> RecordedToolResult | None:
+    """The recorded (mock, recording) or kept (earlier attempt) outcome of ``call``, else None."""
+    recorded = response.recorded_tool_results.get(call.id) or policy.replayed.get(call.id)
+    if recorded is None and policy.kept is not None:
+        recorded = policy.kept.kept(call.name, call.arguments, place)
+    return recorded
 
 
 def _pending(call: ToolCall) -> ToolCallRecord:

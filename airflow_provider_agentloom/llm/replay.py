@@ -16,7 +16,7 @@ replaces it. Nothing here imports Airflow: the store is anything with ``get`` an
 ``KeptToolResults`` does the same for the results of the model's tool calls (one entry per call,
 under the call's place: its reply round and its index in that reply; valid for the call's
 fingerprint, tool name, canonical arguments and place, in the same attempt sequence), so a retry
-replays a tool call's result instead of running the tool again. Both go through ``_Keeper``: what
+replays a tool call's result instead of running the tool again. Both go through ``Keeper``: what
 is kept is masked first, and an entry longer than ``MAX_KEPT_CHARS`` (as JSON) is not kept.
 """
 
@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from pydantic import JsonValue
 
+from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.llm.base import ChatClient, OnChunk
 from airflow_provider_agentloom.llm.types import (
     ChatRequest,
@@ -43,6 +44,7 @@ __all__ = [
     "ChatClient",
     "KeptReplies",
     "KeptToolResults",
+    "Keeper",
     "ReplyStore",
     "request_fingerprint",
     "tool_call_fingerprint",
@@ -96,8 +98,10 @@ def tool_call_fingerprint(name: str, arguments: JsonValue, place: tuple[int, int
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class _Keeper:
-    """The part kept replies and kept tool results share: entries valid for one fingerprint in one sequence.
+class Keeper:
+    """What kept replies, kept tool results and kept answers (``llm.approvals``) share.
+
+    Entries valid for one fingerprint in one sequence.
 
     An entry is ``{"sequence", "fingerprint", "value"}`` under its key; :meth:`fetch` gives the
     value back only when both match. :meth:`keep` masks the value first and skips (with a warning)
@@ -122,9 +126,15 @@ class _Keeper:
             return kept.get("value")
         return None
 
-    def keep(self, key: str, fingerprint: str, value: JsonValue) -> None:
-        """Keep ``value`` (already masked) under ``key`` for ``fingerprint`` in this sequence."""
+    def keep(self, key: str, fingerprint: str, value: JsonValue, *, required: bool = False) -> None:
+        """Keep ``value`` (already masked) under ``key`` for ``fingerprint`` in this sequence.
+
+        :param required: what is kept is not an optimisation but what the step goes on from (a
+            person's answer): a failure to keep it raises ``StepError`` instead of a warning.
+        """
         if self._store is None:
+            if required:
+                raise StepError(f"there is no task state store to keep the {self._what} in")
             return
         entry: JsonValue = {"sequence": self._sequence, "fingerprint": fingerprint, "value": value}
         try:
@@ -133,6 +143,8 @@ class _Keeper:
                 raise ValueError(f"{size:,} characters as JSON, more than the {MAX_KEPT_CHARS:,} kept")
             self._store.set(key, entry)
         except Exception as exc:  # too big, not JSON, or no store backend: only an optimisation
+            if required:
+                raise StepError(f"could not keep the {self._what}: {exc}") from None
             self._log.warning("Could not keep the %s for a retry: %s", self._what, exc)
 
 
@@ -157,7 +169,7 @@ class KeptReplies:
         log: Log,
     ) -> None:
         self._client = client
-        self._keeper = _Keeper(store, sequence=sequence, mask=mask, log=log, what="model reply")
+        self._keeper = Keeper(store, sequence=sequence, mask=mask, log=log, what="model reply")
         self._log = log
         self._count = 0
         self.reused = 0
@@ -201,7 +213,7 @@ class KeptToolResults:
     """
 
     def __init__(self, store: ReplyStore | None, *, sequence: int, mask: Mask, log: Log) -> None:
-        self._keeper = _Keeper(store, sequence=sequence, mask=mask, log=log, what="tool result")
+        self._keeper = Keeper(store, sequence=sequence, mask=mask, log=log, what="tool result")
         self._log = log
         self.reused = 0
 

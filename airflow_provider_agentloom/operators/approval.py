@@ -164,7 +164,7 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep, None], Approv
         shown = self.parent_outputs(context)
         for parent, key, value in shown:
             where = f" → `state.{key}`" if key else ""
-            lines += ["", f"### `{parent}`{where}", "", _fenced(value)]
+            lines += ["", f"### `{parent}`{where}", "", fenced(value)]
         if not shown:
             lines += ["", "_The steps before this gate have no output._"]
         timeout = self.step.timeout_seconds
@@ -266,7 +266,8 @@ def gate_subject(step: ApprovalGateStep, workflow_name: str) -> str:
     return f"Approve step '{step.id}' of workflow '{workflow_name}'?"
 
 
-def _fenced(value: Any) -> str:
+def fenced(value: Any) -> str:
+    """``value`` in a Markdown code block (JSON unless text), cut to ``MAX_SHOWN_CHARS``."""
     if isinstance(value, str):
         text, language = value, ""
     else:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import anyio
 
 from airflow_provider_agentloom.exceptions import BudgetExceededError, StepError, ToolError
+from airflow_provider_agentloom.llm.approvals import ToolApprovalPending, ToolApprovals
 from airflow_provider_agentloom.llm.errors import clip
 from airflow_provider_agentloom.llm.replay import ChatClient, KeptReplies, KeptToolResults
 from airflow_provider_agentloom.llm.types import ChatRequest, Message
@@ -55,7 +56,7 @@ from airflow_provider_agentloom.settings import (
 )
 from airflow_provider_agentloom.tools.idempotency import CallPlace
 from airflow_provider_agentloom.tools.invoke import invoke_tool
-from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
+from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep, tools_to_approve
 from airflow_provider_agentloom.workflow.results import TokenUsage
 from airflow_provider_agentloom.workflow.templates import render_template
 
@@ -95,6 +96,7 @@ class _ModelCall:
     tool_limits: tuple[int, int] = (1, 1)
     place: CallPlace | None = None  # the task's place in the run; each tool call adds its own
     kept_results: KeptToolResults | None = None  # tool outcomes kept across the task's attempts
+    approvals: ToolApprovals | None = None  # the answers of the calls that wait for a person
 
 
 class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
@@ -173,9 +175,12 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         client = KeptReplies(
             rendered.gateway.gateway, store, sequence=sequence, mask=self.secrets.mask, log=self.log
         )
+        approvals = self._approvals(context) if registry is not None else None
+        # A step that waits for answers runs again from the start after each one: the tools that
+        # already ran must replay, whatever keep_tool_results says.
         kept_results = (
             KeptToolResults(store, sequence=sequence, mask=self.secrets.mask, log=self.log)
-            if registry is not None and keep_tool_results()
+            if registry is not None and (keep_tool_results() or approvals is not None)
             else None
         )
         guard = self._budget_guard(client, context)
@@ -188,15 +193,55 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
             limits,
             self.call_place(context),
             kept_results,
+            approvals,
         )
         try:
             return anyio.run(self._call_model, call)
+        except ToolApprovalPending as pending:
+            from airflow_provider_agentloom.operators.tool_approvals import ask
+
+            if pending.question is None:  # pragma: no cover - the loop always says which call
+                raise
+            ask(context, self.step, self.run_context.workflow.name, pending.question, self.log)
+            raise AssertionError("ask returned without awaiting input") from None  # pragma: no cover
         except BudgetExceededError:
             if guard is not None:
                 # The calls made before the budget stopped the step are kept in its metadata.
                 prepared.run.spent(guard.usage, guard.cost, model_calls=guard.calls)
                 self.log.error("Step %s stopped after %d model calls", self.step.id, guard.calls)
             raise
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Resume with a person's (or the timeout's) answer to a tool call: keep it, run the step again.
+
+        The step's loop starts over: the model's replies and the tools' results come back from
+        the task state store, the answers decide the calls asked about, and the loop goes on (or
+        stops at the next question).
+        """
+        from airflow_provider_agentloom.operators.tool_approvals import answer_of
+
+        def resume(context: Context, prepared: PreparedStep[RenderedPrompts]) -> StepOutcome:
+            approvals = self._approvals(context)
+            assert approvals is not None
+            answer_of(context, self.step, approvals, event, self.log)
+            return self.run_step(context, prepared)
+
+        return self.attempt(context, resume, resumed=True)
+
+    def _approvals(self, context: Context) -> ToolApprovals | None:
+        """The step's kept answers, when it has tools to approve (``approve_tools``)."""
+        names = tools_to_approve(self.step)
+        if not names:
+            return None
+        store = context.get("task_state_store")
+        if store is None:
+            raise StepError(
+                f"step {self.step.id!r} sets approve_tools, which needs Airflow's task state store "
+                "(Airflow 3.3) to keep the conversation while it waits",
+                retryable=False,
+            )
+        sequence = attempt_sequence(context["ti"], self.retries)
+        return ToolApprovals(names, store, sequence=sequence, mask=self.secrets.mask, log=self.log)
 
     def _budget_guard(self, client: ChatClient, context: Context) -> BudgetGuard | None:
         """With ``config.budget_usd``, a client that checks the run's budget before every model call."""
@@ -296,6 +341,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
             execute,
             self.max_rounds(),
             kept_results=call.kept_results,
+            approvals=call.approvals,
             on_tool_call=lambda record: self._log_tool_call(registry, record),
             on_chunk=on_chunk,
             max_parallel_tool_calls=parallel,
@@ -304,6 +350,19 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         outcome = _outcome(result.response, result.usage, result.cost_usd, result.tool_calls)
         outcome.extra["finish_reason"] = result.finish_reason
         outcome.extra["turns"] = result.turns
+        if call.approvals is not None:
+            outcome.extra["tool_approvals"] = [
+                {
+                    "tool": question.tool,
+                    "arguments": question.arguments_text(),
+                    "approved": answer.approved,
+                    "by": answer.by,
+                    "waited_s": answer.waited_s,
+                    "timed_out": answer.timed_out,
+                    "shown": answer.shown,
+                }
+                for question, answer in call.approvals.answered
+            ]
         return outcome
 
     def _log_tool_call(self, registry: ToolRegistry, record: ToolCallRecord) -> None:

@@ -17,7 +17,7 @@ from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.runner.interrupts import RunInterrupted
 
 if TYPE_CHECKING:
-    from airflow_provider_agentloom.runner.engine import AskGate
+    from airflow_provider_agentloom.runner.approvals import AskGate
     from airflow_provider_agentloom.runner.results import ProgressCallback
     from airflow_provider_agentloom.tools.base import BaseTool
     from airflow_provider_agentloom.workflow.models import Workflow
@@ -40,6 +40,7 @@ def run_workflow(
     stop: threading.Event | None = None,
     answers: Mapping[str, bool] | None = None,
     ask: AskGate | None = None,
+    tool_answer: bool | None = None,
     resume_run_id: str | None = None,
     record: Mapping[str, Any] | None = None,
     daemon: bool = False,
@@ -55,7 +56,10 @@ def run_workflow(
     :param on_progress: called as ``on_progress(step_result, event)`` when a step ends or retries.
     :param answers: ``{step_id: approve?}``: the answer of each approval gate, given when it waits.
     :param ask: ``ask(step_id) -> bool | None``, asked about a waiting gate ``answers`` leaves open
-        (None leaves it waiting: the run pauses).
+        (None leaves it waiting: the run pauses); ``ask(step_id, question)`` about a tool call of a
+        step with ``approve_tools`` (``question``: ``Run shell_command {"command": "ls"}?``).
+    :param tool_answer: True approves, False rejects every tool-call question of ``approve_tools``
+        (``--approve-tools``/``--reject-tools``); None asks ``ask``, else the run pauses.
     :param resume_run_id: continue this paused run of the same home (its finished steps are kept).
     :param record: what the home's run history keeps of the run (``agentloom runs``/``resume``).
     :param stop: set this event (from another thread) to stop the run as Ctrl-C does; then
@@ -84,6 +88,7 @@ def run_workflow(
                 "stop": stop,
                 "answers": dict(answers) if answers is not None else None,
                 "ask": ask,
+                "tool_answer": tool_answer,
                 "resume_run_id": resume_run_id,
                 "record": dict(record) if record is not None else None,
             },
@@ -118,6 +123,7 @@ def run_workflow(
         stop=stop,
         answers=answers,
         ask=ask,
+        tool_answer=tool_answer,
         resume_run_id=resume_run_id,
         record=record,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.exceptions import RunError
@@ -22,6 +22,16 @@ from airflow_provider_agentloom.exceptions import RunError
 log = logging.getLogger(__name__)
 
 APPROVE, REJECT = "Approve", "Reject"
+
+
+class AskGate(Protocol):
+    """Asks whether to approve: True, False, or None (leave it waiting, the run pauses).
+
+    ``ask(step_id)`` for an approval gate; ``ask(step_id, question)`` for a tool call of a step
+    with ``approve_tools``, ``question`` being ``Run shell_command {"command": "ls"}?``.
+    """
+
+    def __call__(self, step_id: str, question: str | None = None, /) -> bool | None: ...
 
 
 class GateAnswerError(RunError):
@@ -88,6 +98,22 @@ def answer_gate(
         )
     except _airflow.HITLRefused as exc:
         raise GateAnswerError(f"the approval request of task {task_id!r} refused the answer: {exc}") from None
+
+
+def tool_question(session: Any, ti: Any) -> tuple[str, str] | None:
+    """``(place, question)`` of the tool call a waiting model step asks about; None for a gate.
+
+    Read from the XCom the step pushes as it starts waiting (``operators.tool_approvals``): the
+    request's own text is that of the try's first question (Airflow 3.3 keeps one per try).
+    """
+    from airflow_provider_agentloom.operators.tool_approvals import QUESTION_XCOM
+
+    pushed = _airflow.read_xcom(
+        session, run_id=ti.run_id, dag_id=ti.dag_id, task_id=ti.task_id, key=QUESTION_XCOM
+    )
+    if not isinstance(pushed, dict) or not isinstance(pushed.get("question"), str):
+        return None
+    return f"{ti.try_number}:{pushed.get('place')}", pushed["question"]
 
 
 def apply_response_timeouts(session: Any) -> None:

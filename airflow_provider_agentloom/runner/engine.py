@@ -28,7 +28,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,12 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.exceptions import RunError
 from airflow_provider_agentloom.plan.scope import Scope
-from airflow_provider_agentloom.runner.approvals import answer_gate, apply_response_timeouts
+from airflow_provider_agentloom.runner.approvals import (
+    AskGate,
+    answer_gate,
+    apply_response_timeouts,
+    tool_question,
+)
 from airflow_provider_agentloom.runner.db_writes import DatabaseWrites
 from airflow_provider_agentloom.runner.interrupts import InterruptGuard, RunInterrupted
 from airflow_provider_agentloom.runner.processes import (
@@ -74,15 +79,13 @@ def serve_current_dag(globals_dict: dict[str, Any]) -> None:
         globals_dict[f"agentloom_run__{dag_id}"] = dag
 
 
-AskGate = Callable[[str], "bool | None"]
-"""Asks whether to approve the gate of a step id: True, False, or None (leave it waiting)."""
-
-
 class DagRunDriver:
     """Drive one DagRun of ``dag`` to its end (or to a pause) and collect a :class:`RunResult`.
 
     :param answers: ``{step_id: approve?}``, given to each approval gate when it starts waiting.
-    :param ask: asked about each waiting gate ``answers`` does not answer (a terminal prompt).
+    :param ask: asked about each waiting gate ``answers`` does not answer (a terminal prompt),
+        and about each tool-call question ``tool_answer`` does not answer.
+    :param tool_answer: the answer to every tool-call question (``--approve-tools``/``--reject-tools``).
     :param resume_run_id: continue this paused DAG run instead of creating one (its finished
         steps are not run again).
     :param record: what to keep in the home's run history (``runs`` lists it; ``resume`` reads it).
@@ -99,6 +102,7 @@ class DagRunDriver:
         stop: threading.Event | None = None,
         answers: Mapping[str, bool] | None = None,
         ask: AskGate | None = None,
+        tool_answer: bool | None = None,
         resume_run_id: str | None = None,
         record: Mapping[str, Any] | None = None,
     ) -> None:
@@ -115,8 +119,9 @@ class DagRunDriver:
         self.ledger = RunLedger(home.root)
         self.answers = dict(answers or {})
         self.ask = ask
+        self.tool_answer = tool_answer
         self.record = dict(record) if record is not None else None
-        self._asked: set[str] = set()
+        self._asked: set[str | tuple[str, str]] = set()
         self._last_sweep = 0.0
 
     def run(self) -> RunResult:
@@ -273,10 +278,14 @@ class DagRunDriver:
                 moved = True  # the sweep resumed it (on_timeout) or failed it
                 continue
             step_id = self.collector.step_id_of(ti.task_id)
-            approve = self.answers.pop(step_id, None)
-            if approve is None and self.ask is not None and step_id not in self._asked:
-                self._asked.add(step_id)
-                approve = self.ask(step_id)
+            question = tool_question(session, ti)
+            if question is not None:
+                approve = self._answer_tool_question(step_id, *question)
+            else:
+                approve = self.answers.pop(step_id, None)
+                if approve is None and self.ask is not None and step_id not in self._asked:
+                    self._asked.add(step_id)
+                    approve = self.ask(step_id)
             if approve is None:
                 continue
             answer_gate(
@@ -291,6 +300,16 @@ class DagRunDriver:
             log.info("Step %s: %s", step_id, "approved" if approve else "rejected")
             moved = True
         return moved
+
+    def _answer_tool_question(self, step_id: str, place: str, question: str) -> bool | None:
+        """The answer to a tool call of a step with ``approve_tools``: the flag's, else asked once."""
+        if self.tool_answer is not None:
+            log.info("Step %s: %s %s", step_id, question, "approved" if self.tool_answer else "rejected")
+            return self.tool_answer
+        if self.ask is None or (step_id, place) in self._asked:
+            return None
+        self._asked.add((step_id, place))
+        return self.ask(step_id, question)
 
     def _start_scheduled(
         self, session: Any, tis: list[Any], tasks: TaskProcesses, guard: InterruptGuard

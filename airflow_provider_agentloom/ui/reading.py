@@ -97,6 +97,13 @@ def _gate(ti: Any, meta: StepMeta | None) -> Gate | None:
     the wait, spent deferred), the decision as the task recorded it."""
     detail = getattr(ti, "hitl_detail", None)
     extra = meta.extra if meta is not None else {}
+    approvals = [a for a in extra.get("tool_approvals") or [] if isinstance(a, dict)]
+    if approvals:  # a model step's tool calls (approve_tools): one request row for all its questions
+        outcomes = {bool(a.get("approved")) for a in approvals}
+        decision = "approved" if outcomes == {True} else "rejected" if outcomes == {False} else "answered"
+        names = ", ".join(sorted({str(a["by"]) for a in approvals if a.get("by")}))
+        total = sum(float(a.get("waited_s") or 0.0) for a in approvals) * 1000
+        return Gate(decision, names or None, total, any(a.get("timed_out") for a in approvals))
     if detail is None and "decision" not in extra:
         return None
     created = getattr(detail, "created_at", None)

@@ -489,6 +489,13 @@ class LLMCallStep(_StepBase):
     """Stream the reply (default: ``config.stream``)."""
     request_timeout: float | None = Field(default=None, gt=0)  # ours: deadline of each model call
     """Ours: the deadline of each model call, in seconds."""
+    approve_tools: list[str] | bool = False
+    """Ours: the tools whose every call waits for a person's answer first (``true``: all the step's tools)."""
+    timeout_seconds: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    """Ours, with ``approve_tools``: how long each tool-call question waits for an answer, in seconds."""
+    on_timeout: Literal["approve", "reject"] | None = None
+    """Ours, with ``approve_tools``: the answer applied when ``timeout_seconds`` passes (without it the
+    step fails)."""
 
 
 class AgentStep(_StepBase):
@@ -517,6 +524,13 @@ class AgentStep(_StepBase):
     """Stream the replies (default: ``config.stream``)."""
     request_timeout: float | None = Field(default=None, gt=0)  # ours: deadline of each model call
     """Ours: the deadline of each model call, in seconds."""
+    approve_tools: list[str] | bool = False
+    """Ours: the tools whose every call waits for a person's answer first (``true``: all the step's tools)."""
+    timeout_seconds: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    """Ours, with ``approve_tools``: how long each tool-call question waits for an answer, in seconds."""
+    on_timeout: Literal["approve", "reject"] | None = None
+    """Ours, with ``approve_tools``: the answer applied when ``timeout_seconds`` passes (without it the
+    step fails)."""
 
 
 class ToolStep(_StepBase):
@@ -685,3 +699,17 @@ def build_models() -> None:
     for model in list(globals().values()):
         if isinstance(model, type) and issubclass(model, _Strict) and not model.__pydantic_complete__:
             model.model_rebuild()
+
+
+def declared_tool_names(step: LLMCallStep | AgentStep) -> list[str]:
+    """The names of the tools a model step declares, in the order written."""
+    return [tool if isinstance(tool, str) else tool.name for tool in step.tools]
+
+
+def tools_to_approve(step: LLMCallStep | AgentStep) -> frozenset[str]:
+    """The tools whose calls wait for a person's answer in ``step`` (``approve_tools``)."""
+    if step.approve_tools is True:
+        return frozenset(declared_tool_names(step))
+    if step.approve_tools is False:
+        return frozenset()
+    return frozenset(step.approve_tools)

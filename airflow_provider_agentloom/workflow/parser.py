@@ -43,11 +43,14 @@ from airflow_provider_agentloom.workflow.lint import output_collisions
 from airflow_provider_agentloom.workflow.models import (
     STEP_MODELS,
     UNION_TAGS,
+    AgentStep,
     LLMCallStep,
     RouterStep,
     SubworkflowStep,
     ToolStep,
     Workflow,
+    declared_tool_names,
+    tools_to_approve,
 )
 from airflow_provider_agentloom.workflow.source import Loc, SourceMap, format_loc
 from airflow_provider_agentloom.workflow.state import state_formats, to_json_data
@@ -312,6 +315,7 @@ class _Validator:
             workflow._source_map = self.source_map  # composed at most once, shared by later checks
         issues = self._json_values(workflow, prefix)
         issues += self._check_expressions(workflow, prefix)
+        issues += self._check_tool_approvals(workflow, prefix)
         issues += self._check_templates(workflow, prefix)
         issues += self._resolve_subworkflows(workflow, data, prefix)
         if issues:
@@ -406,6 +410,47 @@ class _Validator:
                     except ExpressionError as exc:
                         loc = (*prefix, "steps", index, "conditions", pos, "expression")
                         issues.append(self.issue(loc, str(exc)))
+        return issues
+
+    def _check_tool_approvals(self, workflow: Workflow, prefix: Loc) -> list[ValidationIssue]:
+        """Refuse an ``approve_tools`` name the step does not declare, and the answers' settings alone.
+
+        A misspelled name would let the tool run unasked: the one mistake here that costs safety.
+        """
+        issues = []
+        for index, step in enumerate(workflow.steps):
+            if not isinstance(step, LLMCallStep | AgentStep):
+                continue
+            loc = (*prefix, "steps", index)
+            declared = declared_tool_names(step)
+            if step.approve_tools is True and not declared:
+                issues.append(
+                    self.issue(
+                        (*loc, "approve_tools"),
+                        f"step {step.id!r} declares no tools: approve_tools has nothing to approve",
+                    )
+                )
+            names = step.approve_tools if isinstance(step.approve_tools, list) else []
+            for pos, name in enumerate(names):
+                if name not in declared:
+                    issues.append(
+                        self.issue(
+                            (*loc, "approve_tools", pos),
+                            f"step {step.id!r} does not declare tool {name!r} "
+                            f"(its tools: {', '.join(declared) or 'none'})",
+                            suggestion=closest(name, declared),
+                        )
+                    )
+            if not tools_to_approve(step):
+                for key in ("timeout_seconds", "on_timeout"):
+                    if getattr(step, key) is not None:
+                        issues.append(
+                            self.issue(
+                                (*loc, key),
+                                f"step {step.id!r}: {key} applies to the questions of approve_tools, "
+                                "which the step does not set",
+                            )
+                        )
         return issues
 
     def _check_templates(self, workflow: Workflow, prefix: Loc) -> list[ValidationIssue]:

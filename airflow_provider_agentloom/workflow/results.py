@@ -123,6 +123,8 @@ class StepResult(BaseModel):
     model: str | None = None
     provider: str | None = None
     log_file: str | None = None  # ours: the task log of the step's last attempt (in-process runner)
+    tool_approvals: list[dict[str, Any]] = Field(default_factory=list)
+    """Ours: each tool-call question of ``approve_tools``: tool, arguments, approved, by, waited_s."""
 
 
 class RunResult(BaseModel):
@@ -186,7 +188,13 @@ def step_result(
         model=meta.model if meta is not None else None,
         provider=meta.provider if meta is not None else None,
         log_file=log_file,
+        tool_approvals=_tool_approvals(meta),
     )
+
+
+def _tool_approvals(meta: StepMeta | None) -> list[dict[str, Any]]:
+    found = meta.extra.get("tool_approvals") if meta is not None else None
+    return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
 FAILURES = frozenset({StepStatus.FAILED, StepStatus.TIMEOUT})

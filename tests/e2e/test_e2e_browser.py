@@ -152,6 +152,37 @@ steps:
 """
 ROOT = Path(__file__).resolve().parents[2]
 
+# A tool call a person approves in the Required Actions page (approve_tools). The replies are a
+# recording (``_version``): each turn is picked by the conversation's length, so the task process
+# that resumes after the answer reads the turn that asked.
+TOOLS_DAG_ID = "ui-tool-approval"
+TOOLS_RUN_ID = "ui_tool_approval_1"
+TOOLS_WORKFLOW = """\
+name: ui-tool-approval
+config:
+  provider: mock
+  model: gpt-4o-mini
+  responses_file: ui_tool_replies.json
+steps:
+  - id: clean
+    type: agent
+    prompt: "Clean the build folder."
+    tools: [shell_command]
+    approve_tools: true
+    output: answer
+"""
+TOOLS_REPLIES = {
+    "_version": 2,
+    "_record_tools": False,
+    "clean": [
+        {
+            "content": "I will list the build folder first.",
+            "tool_calls": [{"id": "b1", "name": "shell_command", "arguments": {"command": "echo cleaned"}}],
+        },
+        {"content": "The build folder is clean."},
+    ],
+}
+
 
 STACK_PART = StackPart(
     "ui",
@@ -159,8 +190,10 @@ STACK_PART = StackPart(
         "ui_tour.yaml": WORKFLOW,
         "ui_review.yaml": GATE_WORKFLOW,
         "ui_tour_replies.json": json.dumps(REPLIES),
+        "ui_tool_approval.yaml": TOOLS_WORKFLOW,
+        "ui_tool_replies.json": json.dumps(TOOLS_REPLIES),
     },
-    dag_ids=frozenset({DAG_ID, GATE_DAG_ID}),
+    dag_ids=frozenset({DAG_ID, GATE_DAG_ID, TOOLS_DAG_ID}),
     repo_dags=True,  # the DAG list of the screenshots shows the examples too
 )
 
@@ -520,3 +553,27 @@ def test_browser_rendered_templates(tour: Tour, stack: AirflowStack) -> None:
     expect(page.get_by_text("tool_args", exact=False).first).to_be_visible()
     expect(page.get_by_text("echo notes about the quarterly report").first).to_be_visible()
     tour.shoot("6-rendered-templates")
+
+
+def test_browser_tool_call_approved_on_the_required_actions_page(tour: Tour, stack: AirflowStack) -> None:
+    """An agent's tool call waits in awaiting_input; a person reads it and clicks Approve in the UI."""
+    from playwright.sync_api import expect
+
+    page = tour.page
+    with stack.explain_failure():
+        stack.trigger(TOOLS_DAG_ID, TOOLS_RUN_ID, {})
+        task = f"/api/v2/dags/{TOOLS_DAG_ID}/dagRuns/{TOOLS_RUN_ID}/taskInstances/clean"
+        wait_for(
+            "the tool call to wait", lambda: stack.get(task)["state"] == "awaiting_input" or None, timeout=180
+        )
+        tour.goto(f"/dags/{TOOLS_DAG_ID}/runs/{quote(TOOLS_RUN_ID)}/tasks/clean/required_actions")
+        expect(page.get_by_text("Run tool 'shell_command' in step 'clean'").first).to_be_visible()
+        expect(page.get_by_text("echo cleaned").first).to_be_visible()  # the arguments, in the body
+        tour.shoot("8-tool-approval")
+        page.get_by_role("button", name="Approve").first.click()
+        run = stack.wait_run(TOOLS_DAG_ID, TOOLS_RUN_ID, timeout=180)
+        assert run["state"] == "success", stack.task_states(TOOLS_DAG_ID, TOOLS_RUN_ID)
+    assert stack.get(task)["try_number"] == 1  # not a retry that asked again
+    assert stack.xcom(TOOLS_DAG_ID, TOOLS_RUN_ID, "clean") == "The build folder is clean."
+    (approval,) = stack.xcom(TOOLS_DAG_ID, TOOLS_RUN_ID, "clean", key="agentloom")["extra"]["tool_approvals"]
+    assert (approval["tool"], approval["approved"], approval["by"]) == ("shell_command", True, USERNAME)

@@ -108,15 +108,64 @@ def _agent_model(request: SeenRequest) -> Reply:
 # The model: started with the stack (its connection names the server's URL).
 MODEL = ModelConnection(lambda: LoopbackServer(_agent_model).start(), "E2E_LLM", LLM_KEY)
 
+# Tool calls a person approves (approve_tools): one reply asks for three commands, each a question
+# answered over REST; a second step's one question is left to its timeout (on_timeout: reject).
+TOOLS_DAG = "e2e-tool-approvals"
+TOOLS_YAML = """
+name: e2e-tool-approvals
+config:
+  model: gpt-4o-mini
+  airflow: {llm_conn_id: e2e_tools_llm}
+steps:
+  - id: act
+    type: agent
+    prompt: "Run three commands."
+    tools: [shell_command]
+    approve_tools: [shell_command]
+    output: answer
+  - id: late
+    type: agent
+    prompt: "Run one command."
+    tools: [shell_command]
+    approve_tools: true
+    timeout_seconds: 2
+    on_timeout: reject
+    output: late_answer
+"""
+COMMANDS = ("echo one", "echo two", "echo three")
+
+
+def _tools_model(request: SeenRequest) -> Reply:
+    """Each step's first turn asks for its commands; once their results are back it answers."""
+    kit = OpenAIKit()
+    if kit.tool_results(request):
+        return kit.text("done")
+    if "three" in json.dumps(request.body["messages"]):
+        calls = [(f"c{i}", "shell_command", {"command": c}) for i, c in enumerate(COMMANDS)]
+        return kit.tool_calls(calls, content="Running the three commands.")
+    return kit.tool_calls([("l0", "shell_command", {"command": "echo late"})])
+
+
+TOOLS_MODEL = ModelConnection(lambda: LoopbackServer(_tools_model).start(), "E2E_TOOLS_LLM", "sk-e2e-tools")
+
+
+def _models_env() -> dict[str, str]:
+    return {**MODEL.env(), **TOOLS_MODEL.env()}
+
+
+def _close_models() -> None:
+    MODEL.close()
+    TOOLS_MODEL.close()
+
 
 STACK_PART = StackPart(
     "e2e",
-    files={"e2e_agent.yaml": AGENT_YAML, "e2e_control_flow.yaml": CONTROL_YAML},
-    dag_ids=frozenset({*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG}),
+    files={"e2e_agent.yaml": AGENT_YAML, "e2e_control_flow.yaml": CONTROL_YAML, "e2e_tools.yaml": TOOLS_YAML},
+    dag_ids=frozenset({*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG, TOOLS_DAG}),
     executor=EXECUTOR,  # a Celery worker, unless AGENTLOOM_E2E_EXECUTOR says otherwise
     repo_dags=True,
-    env=MODEL.env,
-    close=MODEL.close,
+    env=_models_env,
+    close=_close_models,
 )
 
 
@@ -172,7 +221,7 @@ def test_examples_and_the_broken_file_are_listed(stack: AirflowStack) -> None:
         others = {
             dag_id for name, ids in stack.module_dag_ids.items() if name != STACK_PART.name for dag_id in ids
         }
-        assert tagged == {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG, BROKEN_DAG_ID, *others}
+        assert tagged == {*EXAMPLE_DAGS, AGENT_DAG, CONTROL_DAG, TOOLS_DAG, BROKEN_DAG_ID, *others}
 
         # ... and an import error under the YAML's own path. Each bundle refresh (every 5 s here)
         # clears import errors of non-.py files until the loader is parsed again, so poll.
@@ -348,3 +397,65 @@ def test_router_subworkflow_and_approval_gate_answered_through_the_rest_api(stac
         for task_id in ("classify", "review.check", "review.__end__", "approve", "finish"):
             meta = stack.xcom(CONTROL_DAG, run_id, task_id, key="agentloom")
             assert meta["status"] == "success", (task_id, meta)
+
+
+@pytest.mark.timeout(300)
+def test_tool_calls_approved_rejected_and_timed_out_through_the_rest_api(stack: AirflowStack) -> None:
+    run_id = "e2e_tools_1"
+    server = TOOLS_MODEL.server
+    with stack.explain_failure():
+        stack.trigger(TOOLS_DAG, run_id, {})
+        for number, (command, choice) in enumerate(
+            zip(COMMANDS, ("Approve", "Reject", "Approve"), strict=True)
+        ):
+
+            def asking(command: str = command) -> dict[str, Any] | None:
+                listed = stack.get(f"/api/v2/dags/{TOOLS_DAG}/dagRuns/{run_id}/hitlDetails")
+                for detail in listed["hitl_details"]:
+                    ti = detail["task_instance"]
+                    if (
+                        ti["task_id"] == "act"
+                        and not detail["response_received"]
+                        and ti["state"] == "awaiting_input"
+                    ):
+                        question = stack.xcom(TOOLS_DAG, run_id, "act", key="tool_question")
+                        if command in question["question"]:
+                            return {**detail, "question": question}
+                return None
+
+            detail = wait_for(f"question {number + 1} ({command})", asking, timeout=150)
+            assert detail["question"]["question"] == f'Run shell_command {{"command": "{command}"}}?'
+            # Airflow 3.3 keeps the try's first request text; the XCom names the call waiting now.
+            assert (
+                detail["subject"]
+                == "Run tool 'shell_command' in step 'act' of workflow 'e2e-tool-approvals'?"
+            )
+            assert "echo one" in detail["body"]
+            assert "Running the three commands." in detail["body"]  # the model's text with the call
+            # Answered the instant the task parks: the provider's scheduler guard keeps the resumed try.
+            stack.answer_hitl(TOOLS_DAG, run_id, "act", [choice])
+
+        run = stack.wait_run(TOOLS_DAG, run_id, timeout=150)
+        states = stack.task_states(TOOLS_DAG, run_id)
+        assert run["state"] == "success", states
+        act_ti = stack.get(f"/api/v2/dags/{TOOLS_DAG}/dagRuns/{run_id}/taskInstances/act")
+        assert act_ti["try_number"] == 1  # three questions, one try: no answer was lost
+        act = stack.xcom(TOOLS_DAG, run_id, "act", key="agentloom")["extra"]["tool_approvals"]
+        assert [(a["arguments"], a["approved"], a["by"], a["shown"]) for a in act] == [
+            ('{"command": "echo one"}', True, "admin", True),
+            ('{"command": "echo two"}', False, "admin", False),
+            ('{"command": "echo three"}', True, "admin", False),
+        ]
+        late = stack.xcom(TOOLS_DAG, run_id, "late", key="agentloom")["extra"]["tool_approvals"]
+        assert [(a["approved"], a["timed_out"]) for a in late] == [(False, True)]
+
+        # Each step called the model twice: the resumes rebuilt the conversation from the store.
+        kit = OpenAIKit()
+        finals = [r for r in server.requests if kit.tool_results(r)]
+        assert len(server.requests) == 4
+        assert len(finals) == 2
+        seen = sorted(text for request in finals for text in kit.tool_results(request))
+        assert "refused by a reviewer" in seen  # echo two, and echo late on its timeout
+        assert seen.count("refused by a reviewer") == 2
+        assert any("one" in text for text in seen)
+        assert any("three" in text for text in seen)

@@ -37,3 +37,16 @@ class OTel:
                 for metric in scope.metrics:
                     found.setdefault(metric.name, []).extend(metric.data.data_points)
         return found
+
+
+class Store:
+    """A task state store: JSON values by key (round-tripped, as the real one stores text)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = value

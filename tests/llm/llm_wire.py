@@ -91,13 +91,22 @@ class OpenAIKit(VendorKit):
         return Reply(chunks=sse(events, done=True), content_type="text/event-stream")
 
     def tool_call(self, call_id: str, name: str, arguments: dict[str, Any]) -> Reply:
-        call = {
-            "id": call_id,
-            "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments)},
-        }
+        return self.tool_calls([(call_id, name, arguments)])
+
+    def tool_calls(self, calls: list[tuple[str, str, dict[str, Any]]], content: str | None = None) -> Reply:
+        """Return a reply asking for several tool calls ``(id, name, arguments)`` at once."""
+        asked = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            for call_id, name, arguments in calls
+        ]
         return Reply(
-            json=self._body({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", 20, 9)
+            json=self._body(
+                {"role": "assistant", "content": content, "tool_calls": asked}, "tool_calls", 20, 9
+            )
         )
 
     def error(self, status: int, message: str, headers: dict[str, str] | None = None) -> Reply:

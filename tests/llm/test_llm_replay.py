@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+from llm_support import Store
 
 from airflow_provider_agentloom.llm import replay
 from airflow_provider_agentloom.llm.base import OnChunk
@@ -43,19 +44,6 @@ class CountingModel:
 
     async def stream(self, request: ChatRequest, on_chunk: OnChunk | None = None) -> ChatResponse:
         return await self.complete(request)
-
-
-class Store:
-    """A task state store: JSON values by key (round-tripped, as the real one stores text)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any) -> None:
-        self.values[key] = value
 
 
 def ask(prompt: str, **settings: Any) -> ChatRequest:

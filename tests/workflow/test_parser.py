@@ -13,7 +13,7 @@ import pytest
 
 from airflow_provider_agentloom.cli import run_cli
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
-from airflow_provider_agentloom.workflow.models import ToolStep
+from airflow_provider_agentloom.workflow.models import AgentStep, ToolStep
 from airflow_provider_agentloom.workflow.parser import WorkflowParser, load_workflow, parse_workflow_text
 
 BROKEN = Path(__file__).parents[1] / "data" / "broken"
@@ -338,3 +338,65 @@ def test_the_direct_tree_builder_keeps_the_line_of_a_value_python_refuses() -> N
         WorkflowValidationError, match=r"t\.yaml:2: YAML error: cannot read the value '2026-02-30'"
     ):
         parse_workflow_text("name: x\nwhen: 2026-02-30\nsteps: []\n", "t.yaml")
+
+
+APPROVALS = """name: approvals
+steps:
+  - id: fix
+    type: agent
+    prompt: "Fix the build."
+    tools: [shell_command, file_read]
+    approve_tools:
+      - shell_command
+      - shell_comand
+  - id: ask
+    type: llm_call
+    prompt: "Look."
+    approve_tools: true
+  - id: quiet
+    type: llm_call
+    prompt: "Answer."
+    tools: [{name: file_read}]
+    on_timeout: approve
+"""
+
+
+def test_approve_tools_names_only_the_steps_tools(tmp_path: Path) -> None:
+    """A misspelled name would let the tool run unasked: refused at its line, with the step's tools."""
+    path = tmp_path / "approvals.yaml"
+    path.write_text(APPROVALS, encoding="utf-8")
+    with pytest.raises(WorkflowValidationError) as caught:
+        load_workflow(path)
+    found = [(i.line, i.key_path, i.message, i.suggestion) for i in caught.value.issues]
+    assert found == [
+        (
+            9,
+            "steps[0].approve_tools[1]",
+            "step 'fix' does not declare tool 'shell_comand' (its tools: shell_command, file_read)",
+            "shell_command",
+        ),
+        (
+            13,
+            "steps[1].approve_tools",
+            "step 'ask' declares no tools: approve_tools has nothing to approve",
+            None,
+        ),
+        (
+            18,
+            "steps[2].on_timeout",
+            "step 'quiet': on_timeout applies to the questions of approve_tools, which the step does not set",
+            None,
+        ),
+    ]
+    proc = agentloom("validate", str(path))
+    assert proc.returncode == 1
+    assert (
+        f"{path}:9: steps[0].approve_tools[1]: step 'fix' does not declare tool 'shell_comand'" in proc.stderr
+    )
+    fixed = APPROVALS.replace("shell_comand", "file_read").replace(
+        "approve_tools: true", "approve_tools: false"
+    )
+    workflow = parse_workflow_text(fixed.replace("    on_timeout: approve\n", ""), "fixed.yaml")
+    fix = workflow.steps[0]
+    assert isinstance(fix, AgentStep)
+    assert fix.approve_tools == ["shell_command", "file_read"]

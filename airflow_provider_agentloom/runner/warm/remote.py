@@ -24,10 +24,13 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_agentloom.runner.warm import client, protocol, shipping
 from airflow_provider_agentloom.runner.warm.shipping import Unshippable
+
+if TYPE_CHECKING:
+    from airflow_provider_agentloom.runner.approvals import AskGate
 
 __all__ = ["Unshippable", "call_in_runner", "serve_call"]
 
@@ -46,7 +49,7 @@ def call_in_runner(home: Path, arguments: dict[str, Any]) -> Any:
     :raises Unshippable: when the arguments cannot run there (nothing was started).
     """
     on_progress: Callable[[Any, str], None] | None = arguments.pop("on_progress", None)
-    ask: Callable[[str], bool | None] | None = arguments.pop("ask", None)
+    ask: AskGate | None = arguments.pop("ask", None)
     stop: threading.Event | None = arguments.pop("stop", None)
     chunk_fd = getattr((arguments.get("run_context_options") or {}).get("llm"), "chunk_fd", None)
     if chunk_fd not in (None, 1, 2):
@@ -75,7 +78,7 @@ def _follow(
     sock: socket.socket,
     pid: int,
     on_progress: Callable[[Any, str], None] | None,
-    ask: Callable[[str], bool | None] | None,
+    ask: AskGate | None,
     stop: threading.Event | None,
     home: Path,
 ) -> Any:
@@ -101,7 +104,14 @@ def _follow(
             if "progress" in message and on_progress is not None:
                 on_progress(*_readable(shipping.progress_of, message))
             elif "ask" in message:
-                answer = ask(str(message["ask"])) if ask is not None else None
+                question = message.get("question")
+                answer = (
+                    None
+                    if ask is None
+                    else ask(str(message["ask"]), str(question))
+                    if question is not None
+                    else ask(str(message["ask"]))
+                )
                 protocol.send(sock, {"answer": answer})
 
 
@@ -161,8 +171,8 @@ def serve_call(connection: socket.socket, request: dict[str, Any]) -> None:  # p
     def progress(result: Any, event: str) -> None:
         send(shipping.progress_document(result, event))
 
-    def ask_caller(step_id: str) -> bool | None:
-        send({"ask": step_id})
+    def ask_caller(step_id: str, question: str | None = None) -> bool | None:
+        send({"ask": step_id} if question is None else {"ask": step_id, "question": question})
         return answers.get()
 
     threading.Thread(target=read, daemon=True).start()

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.workflow.models import Workflow
     from airflow_provider_agentloom.workflow.results import RunResult, StepResult
 
-_PLAIN_ARGUMENTS = ("state", "home", "working_dir", "answers", "resume_run_id", "record")
+_PLAIN_ARGUMENTS = ("state", "home", "working_dir", "answers", "tool_answer", "resume_run_id", "record")
 _OUR_PACKAGE = "airflow_provider_agentloom"
 
 
