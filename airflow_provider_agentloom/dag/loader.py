@@ -25,6 +25,9 @@ Put this in a ``.py`` file in your dags folder (Airflow only reads ``.py`` files
 - Parsed workflows are cached per process by path, modification time and size, and on disk by
   their text (``[agentloom] parse_cache_dir``, :mod:`~airflow_provider_agentloom.workflow.parse_cache`):
   Airflow parses the loader file in a fresh process each time, which then reads only what changed.
+- The pools of model connections with ``max_concurrent_calls`` are created or resized after each
+  DAG is built (:mod:`~airflow_provider_agentloom.dag.pools`); one that cannot be makes the file a
+  placeholder saying why, since Airflow never schedules a task whose pool is missing.
 - Python's cyclic garbage collector is paused while the folder loads: what the loader builds is
   kept, so a collection would only walk it again (a fifth of a warm parse).
 """
@@ -48,10 +51,11 @@ from typing import Any
 from airflow.sdk import DAG
 
 from airflow_provider_agentloom import _airflow
-from airflow_provider_agentloom.dag import from_file
+from airflow_provider_agentloom.dag import from_file, pools
 from airflow_provider_agentloom.dag.build import TAG, dag_id_for
 from airflow_provider_agentloom.dag.checks import usable_dag_id
 from airflow_provider_agentloom.dag.from_file import build_workflow_dag, contained
+from airflow_provider_agentloom.dag.pools import PoolSyncError
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.operators.invalid import InvalidWorkflowOperator
 from airflow_provider_agentloom.plan.ids import MAX_ID, safe_id
@@ -204,6 +208,12 @@ class _FolderLoad:
         if isinstance(dag, WorkflowValidationError):
             self.broken.append((path, str(dag)))
             return
+        if wanted is None:  # a worker running one task keeps no pool: the scheduler placed the task
+            try:
+                pools.ensure_pools(pools.pools_of(dag).values())
+            except PoolSyncError as exc:  # its tasks would wait forever for a pool that is not there
+                self.broken.append((path, f"{path}: {exc}"))
+                return
         self.owners[dag_id] = path
         dags[dag_id] = dag
 
