@@ -8,7 +8,9 @@ as a dict or a JSON string) and optionally ``timeout`` (seconds per read), ``req
 (seconds one model call may take in all, streams included) and ``max_reply_bytes`` (the most one
 reply may hold); the last two default to the provider options ``[agentloom] llm_request_timeout``
 (600) and ``llm_max_reply_bytes`` (10 MiB), see ``llm.limits``. A connection without a key sends
-none: the vendor's key variable (``OPENAI_API_KEY``…) is never borrowed for another host.
+none: the vendor's key variable (``OPENAI_API_KEY``…) is never borrowed for another host. The
+extra ``max_concurrent_calls`` is not the client's: it bounds the steps on the connection through
+an Airflow pool (:mod:`~airflow_provider_agentloom.hooks.pools`).
 
 Policy of ``build_gateway`` (where the model calls of a step go):
 
