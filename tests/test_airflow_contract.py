@@ -167,6 +167,7 @@ def test_pool_slots_and_set_pool_create_and_resize_airflows_pool() -> None:
         _airflow.set_pool(session, name, 5, "contract probe")
     with _airflow.session_scope() as session:
         pool = Pool.get_pool(name, session=session)
+        assert pool is not None
         assert (pool.slots, pool.description, pool.include_deferred) == (5, "contract probe", False)
         session.delete(pool)
 

@@ -23,8 +23,10 @@ also changes which pool the tasks are in, which is part of the serialized DAG: a
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom import _airflow
@@ -43,12 +45,39 @@ if TYPE_CHECKING:
     from airflow_provider_agentloom.hooks.pools import ConnectionPool
     from airflow_provider_agentloom.workflow.models import Workflow
 
-__all__ = ["API_CONN_ID", "PoolSyncError", "ensure_pools", "pools_of", "scope_pool", "uses_a_model"]
+__all__ = [
+    "API_CONN_ID",
+    "PoolSyncError",
+    "ensure_pools",
+    "one_look_per_load",
+    "pools_of",
+    "scope_pool",
+    "uses_a_model",
+]
 
 log = logging.getLogger(__name__)
 
 API_CONN_ID = "agentloom_airflow_api"
 _API_TIMEOUT = 10.0
+
+
+_Looked = dict[tuple[str | None, str], "ConnectionPool | StepError | None"]
+_LOOKED: contextvars.ContextVar[_Looked | None] = contextvars.ContextVar("agentloom_pool_looks", default=None)
+
+
+@contextlib.contextmanager
+def one_look_per_load() -> Iterator[None]:
+    """Within it, the workflows naming the same connection and provider share one look-up.
+
+    The loader wraps a folder's parse in it: each look-up is a round trip to the dag-processor
+    (and up to five when no ``llm_conn_id`` is named), and a folder's workflows mostly share one
+    connection. It ends with the parse, so the next parse reads the connection again.
+    """
+    token = _LOOKED.set({})
+    try:
+        yield
+    finally:
+        _LOOKED.reset(token)
 
 
 class PoolSyncError(StepError):
@@ -73,11 +102,22 @@ def scope_pool(workflow: Workflow) -> ConnectionPool | None:
         return None  # no connection is read for a workflow that calls no model
     from airflow_provider_agentloom.hooks.pools import connection_pool
 
-    try:
-        return connection_pool(workflow.config)
-    except StepError as exc:
-        loc = ("config", "airflow", "llm_conn_id") if workflow.config.airflow.llm_conn_id else ("config",)
-        raise WorkflowValidationError([issue_in(workflow, loc, str(exc))]) from None
+    config = workflow.config
+    looked = _LOOKED.get()
+    key = (config.airflow.llm_conn_id, config.provider)
+    if looked is not None and key in looked:
+        found = looked[key]
+    else:
+        try:
+            found = connection_pool(config)
+        except StepError as exc:
+            found = exc
+        if looked is not None:
+            looked[key] = found
+    if isinstance(found, StepError):
+        loc = ("config", "airflow", "llm_conn_id") if config.airflow.llm_conn_id else ("config",)
+        raise WorkflowValidationError([issue_in(workflow, loc, str(found))])
+    return found
 
 
 def pools_of(dag: DAG) -> dict[str, ConnectionPool]:

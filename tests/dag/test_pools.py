@@ -141,10 +141,13 @@ def test_a_bad_max_concurrent_calls_names_the_connection_and_the_key(
         issue
     )
     assert "sk-pool-SECRET" not in str(result)
-    # The loader keeps the file's DAG id for a placeholder that says the same.
-    placeholder = load_workflows({}, tmp_path)["pooled"]
-    assert INVALID_TAG in placeholder.tags
-    assert f"max_concurrent_calls of connection {conn_id!r}" in (placeholder.doc_md or "")
+    # The loader keeps each file's DAG id for a placeholder that says the same (two files on the
+    # connection share its one look-up, and each gets the error).
+    _write(tmp_path, conn_id, name="pooled-too")
+    dags = load_workflows({}, tmp_path)
+    for name in ("pooled", "pooled-too"):
+        assert INVALID_TAG in dags[name].tags
+        assert f"max_concurrent_calls of connection {conn_id!r}" in (dags[name].doc_md or "")
 
 
 def test_the_default_connection_of_the_provider_is_the_one_pooled(
