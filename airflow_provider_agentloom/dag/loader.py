@@ -208,14 +208,33 @@ class _FolderLoad:
         if isinstance(dag, WorkflowValidationError):
             self.broken.append((path, str(dag)))
             return
-        if wanted is None:  # a worker running one task keeps no pool: the scheduler placed the task
-            try:
-                pools.ensure_pools(pools.pools_of(dag).values())
-            except PoolSyncError as exc:  # its tasks would wait forever for a pool that is not there
-                self.broken.append((path, f"{path}: {exc}"))
-                return
+        if wanted is None and (problem := _pool_problem(path, dag)) is not None:
+            self.broken.append((path, problem))
+            return
         self.owners[dag_id] = path
         dags[dag_id] = dag
+
+
+def _pool_problem(path: Path, dag: DAG) -> str | None:
+    """Create or resize the pools of ``dag``'s model connections; the error that makes the file a
+    placeholder, or None.
+
+    Only a full parse does it (a worker running one task finds its task already placed). A pool
+    nothing can keep is the placeholder's error (its tasks would never be scheduled); a failure of
+    the API server leaves the DAG as it is, with an import error on the file saying why (see
+    :mod:`~airflow_provider_agentloom.dag.pools`).
+    """
+    try:
+        pools.ensure_pools(pools.pools_of(dag).values())
+    except PoolSyncError as exc:
+        message = f"{path}: {exc}"
+        if not exc.transient:
+            return message
+        log.error("Workflow file %s: its DAG is kept as built, but %s", path, exc)
+        bag = _airflow.executing_dagbag()
+        if bag is not None:
+            _airflow.record_import_error(bag, path, message)
+    return None
 
 
 def _out_of_time(path: Path, left: float) -> str:

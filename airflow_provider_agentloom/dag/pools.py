@@ -12,9 +12,13 @@ time it parses the dags folder:
   login and password: a user allowed to edit pools, which get a token from ``/auth/token``).
 
 A task whose pool does not exist is never scheduled by Airflow 3 (the scheduler only logs a
-warning), so a pool that cannot be kept is an error, not a silence: the workflow's DAG becomes the
-loader's placeholder, whose docs and task say why. A worker parsing the DAG to run one task keeps
-no pool: the scheduler has already placed that task.
+warning), so a pool that cannot be kept is an error, not a silence (the loader's
+``_pool_problem``): when nothing can keep it (no ``agentloom_airflow_api`` connection, a user the
+API refuses) the workflow's DAG becomes the loader's placeholder, whose docs and task say why;
+when the API server cannot be reached or fails (``PoolSyncError.transient``) the DAG stays as it
+is, since its pool most likely exists from an earlier parse and a placeholder would remove the
+tasks of its runs in flight, and the file gets an import error saying so until a parse succeeds.
+A worker parsing the DAG to run one task keeps no pool: the scheduler has already placed that task.
 
 A change of N reaches the pool at the next parse of the loader file (the dag-processor's
 ``min_file_process_interval``; ``airflow dags reserialize`` at once). Adding or removing the extra
@@ -81,10 +85,15 @@ def one_look_per_load() -> Iterator[None]:
 
 
 class PoolSyncError(StepError):
-    """A model connection's pool could not be created or resized (the DAG must not run without it)."""
+    """A model connection's pool could not be created or resized.
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, retryable=False)
+    :param transient: the API server could not be reached or failed (a 5xx, a 429): the next
+        parse may succeed, and the pool most likely exists from an earlier one.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message, retryable=transient)
+        self.transient = transient
 
 
 def uses_a_model(step: StepModel) -> bool:
@@ -186,19 +195,20 @@ def _ensure_over_rest(pools: Iterable[ConnectionPool]) -> None:
         )
     try:
         with httpx.Client(base_url=base, timeout=_API_TIMEOUT, follow_redirects=False) as client:
-            _rest_token(client, login, password)
+            _rest_token(client, login, password, names)
             for pool in pools:
                 _rest_pool(client, pool)
     except httpx.HTTPError as exc:  # the message names the URL, never the password
         raise PoolSyncError(
             f"Could not keep the pools {names} through the REST API at {base} "
-            f"(connection {API_CONN_ID!r}): {type(exc).__name__}: {exc}"
+            f"(connection {API_CONN_ID!r}): {type(exc).__name__}: {exc}",
+            transient=True,
         ) from None
 
 
-def _rest_token(client: httpx.Client, login: str, password: str) -> None:
+def _rest_token(client: httpx.Client, login: str, password: str, names: str) -> None:
     response = client.post("/auth/token", json={"username": login, "password": password})
-    _raise_for(response, "log in")
+    _raise_for(response, f"log in as {login!r} to keep the pools {names}")
     client.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
 
 
@@ -219,8 +229,10 @@ def _rest_pool(client: httpx.Client, pool: ConnectionPool) -> None:
 
 
 def _raise_for(response: httpx.Response, what: str) -> None:
-    if response.status_code >= 400:
-        detail = response.text[:200] if response.status_code != 401 else "not authenticated"
+    status = response.status_code
+    if status >= 400:
+        detail = response.text[:200] if status != 401 else "not authenticated"
         raise PoolSyncError(
-            f"Could not {what} through the REST API ({API_CONN_ID!r}): HTTP {response.status_code} {detail}"
+            f"Could not {what} through the REST API ({API_CONN_ID!r}): HTTP {status} {detail}",
+            transient=status >= 500 or status == 429,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -23,6 +24,12 @@ from airflow_provider_agentloom import _airflow
 from airflow_provider_agentloom.dag.from_file import load_and_build
 from airflow_provider_agentloom.dag.loader import INVALID_TAG, load_workflows
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
+
+_LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
+if _LLM_TESTS not in sys.path:
+    sys.path.insert(0, _LLM_TESTS)
+
+from llm_loopback import LoopbackServer, Reply  # noqa: E402
 
 WORKFLOW = """name: {name}
 config:
@@ -179,32 +186,64 @@ steps:
 
 
 _BLOCKED_PARSE = """
-import json, sys
+import json, os, sys
 from airflow.sdk.execution_time.supervisor import block_orm_access
 block_orm_access()  # what Airflow does in the dag-processor's parsing process
 from airflow_provider_agentloom.dag.loader import load_workflows
-dag = load_workflows({}, sys.argv[1])["pooled"]
-print(json.dumps({"tags": sorted(dag.tags), "doc": dag.doc_md}))
+for api in json.loads(sys.argv[2]):
+    if api is None:
+        os.environ.pop("AIRFLOW_CONN_AGENTLOOM_AIRFLOW_API", None)
+    else:
+        os.environ["AIRFLOW_CONN_AGENTLOOM_AIRFLOW_API"] = json.dumps(api)
+    dag = load_workflows({}, sys.argv[1])["pooled"]
+    ask = dag.get_task("ask") if dag.has_task("ask") else None
+    shown = {"tags": sorted(dag.tags), "doc": dag.doc_md, "pool": ask and ask.pool}
+    print("RESULT", json.dumps(shown), flush=True)
 """
 
 
-def test_a_parse_without_the_orm_or_the_api_connection_is_a_placeholder_saying_so(
+def test_where_the_orm_is_blocked_a_pool_nothing_can_keep_makes_a_placeholder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """In a parsing process (ORM blocked) the pool goes through the REST API: without the connection
+    saying where, or as a user the API refuses, the DAG is a placeholder saying so; with an API
+    server that cannot be reached, the DAG is kept (its pool most likely exists from an earlier
+    parse; a placeholder would remove its runs' tasks)."""
     conn_id = _conn_id()
     _connection(monkeypatch, conn_id, 2)
     _write(tmp_path, conn_id)
-    done = subprocess.run(
-        [sys.executable, "-c", _BLOCKED_PARSE, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=os.environ.copy(),
-    )
+    refusing = LoopbackServer(lambda _request: Reply(status=401, json={"detail": "Invalid credentials"}))
+    refusing.start()
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    api = {"conn_type": "http", "login": "pools", "password": "api-SECRET-pw-3141"}
+    apis = [None, {**api, "host": refusing.url}, {**api, "host": f"http://127.0.0.1:{closed}"}]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _BLOCKED_PARSE, str(tmp_path), json.dumps(apis)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=os.environ.copy(),
+        )
+    finally:
+        refusing.stop()
     assert done.returncode == 0, done.stderr[-2000:]
-    shown = json.loads(done.stdout.strip().splitlines()[-1])
-    assert INVALID_TAG in shown["tags"]
-    assert "connection 'agentloom_airflow_api'" in shown["doc"]
-    assert f"agentloom_{conn_id}" in shown["doc"]
-    assert _slots(f"agentloom_{conn_id}") is None
+    results = [
+        line.removeprefix("RESULT ") for line in done.stdout.splitlines() if line.startswith("RESULT ")
+    ]
+    missing, refused, unreachable = (json.loads(line) for line in results)
+    pool = f"agentloom_{conn_id}"
+    for placeholder in (missing, refused):
+        assert INVALID_TAG in placeholder["tags"]
+        assert pool in placeholder["doc"]
+    assert "connection 'agentloom_airflow_api'" in missing["doc"]
+    assert "is not defined" in missing["doc"]
+    assert "HTTP 401 not authenticated" in refused["doc"]
+    assert [request.path for request in refusing.requests] == ["/auth/token"]
+    assert INVALID_TAG not in unreachable["tags"]
+    assert unreachable["pool"] == pool
+    assert "api-SECRET-pw" not in done.stdout + done.stderr
+    assert _slots(pool) is None  # nothing wrote the database
