@@ -115,7 +115,8 @@ def load_workflows(
         # The dags folder itself: a workflow in a sub-folder may name a child anywhere in it.
         limits = workflow_limits().allowing(str(root.resolve()))
         folder_load = _FolderLoad(root, limits, tuple(tools), working_dir, disk)
-        with _collector_paused(), pools.one_look_per_load():
+        for_a_task = _parsing_context_dag_id() is not None
+        with _collector_paused(), pools.one_look_per_load(for_a_task=for_a_task):
             folder_load.run(_workflow_files(root, tuple(patterns), recursive), dags)
     except Exception:  # never reached by a bad file (each is contained); a bug must not drop the others
         log.exception("The AgentLoom loader failed in %s; keeping the %d DAGs built so far", root, len(dags))

@@ -18,7 +18,8 @@ API refuses) the workflow's DAG becomes the loader's placeholder, whose docs and
 when the API server cannot be reached or fails (``PoolSyncError.transient``) the DAG stays as it
 is, since its pool most likely exists from an earlier parse and a placeholder would remove the
 tasks of its runs in flight, and the file gets an import error saying so until a parse succeeds.
-A worker parsing the DAG to run one task keeps no pool: the scheduler has already placed that task.
+A worker parsing the DAG to run one task reads no connection and keeps no pool
+(:func:`one_look_per_load`): the scheduler has already placed that task.
 
 A change of N reaches the pool at the next parse of the loader file (the dag-processor's
 ``min_file_process_interval``; ``airflow dags reserialize`` at once). Adding or removing the extra
@@ -69,19 +70,30 @@ _Looked = dict[tuple[str | None, str], "ConnectionPool | StepError | None"]
 _LOOKED: contextvars.ContextVar[_Looked | None] = contextvars.ContextVar("agentloom_pool_looks", default=None)
 
 
+_READ: contextvars.ContextVar[bool] = contextvars.ContextVar("agentloom_pool_reads", default=True)
+
+
 @contextlib.contextmanager
-def one_look_per_load() -> Iterator[None]:
+def one_look_per_load(*, for_a_task: bool = False) -> Iterator[None]:
     """Within it, the workflows naming the same connection and provider share one look-up.
 
     The loader wraps a folder's parse in it: each look-up is a round trip to the dag-processor
     (and up to five when no ``llm_conn_id`` is named), and a folder's workflows mostly share one
     connection. It ends with the parse, so the next parse reads the connection again.
+
+    :param for_a_task: the parse of a worker about to run one task: no connection is read and no
+        step gets its pool. The scheduler placed the task from the serialized DAG and the task
+        never reads its own pool; reading the connection there would cost a round trip per task
+        start and register its key with Airflow's masker before the step renders its prompts
+        (which then show the key as ``<REDACTED:…>`` where Airflow's ``***`` was shown).
     """
-    token = _LOOKED.set({})
+    looked = _LOOKED.set({})
+    read = _READ.set(not for_a_task)
     try:
         yield
     finally:
-        _LOOKED.reset(token)
+        _READ.reset(read)
+        _LOOKED.reset(looked)
 
 
 class PoolSyncError(StepError):
@@ -107,8 +119,8 @@ def scope_pool(workflow: Workflow) -> ConnectionPool | None:
     A bad ``max_concurrent_calls`` is a ``WorkflowValidationError`` at the line that names the
     connection (``config.airflow.llm_conn_id``, else ``config.provider``).
     """
-    if not any(uses_a_model(step) for step in workflow.steps):
-        return None  # no connection is read for a workflow that calls no model
+    if not _READ.get() or not any(uses_a_model(step) for step in workflow.steps):
+        return None  # no connection is read for a task's parse or a workflow that calls no model
     from airflow_provider_agentloom.hooks.pools import connection_pool
 
     config = workflow.config

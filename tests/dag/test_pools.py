@@ -157,6 +157,23 @@ def test_a_bad_max_concurrent_calls_names_the_connection_and_the_key(
         assert f"max_concurrent_calls of connection {conn_id!r}" in (dags[name].doc_md or "")
 
 
+def test_a_workers_parse_for_one_task_reads_no_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler placed the task from the serialized DAG: the worker's parse reads no connection
+    (a bad value, which the full parse refuses, is not even seen) and keeps no pool."""
+    conn_id = _conn_id()
+    _connection(monkeypatch, conn_id, "x")
+    _write(tmp_path, conn_id)
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "pooled")  # what the task runner sets
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_TASK_ID", "ask")
+
+    dag = load_workflows({}, tmp_path)["pooled"]
+
+    assert INVALID_TAG not in dag.tags
+    assert dag.get_task("ask").pool == "shared_pool"
+
+
 def test_the_default_connection_of_the_provider_is_the_one_pooled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
