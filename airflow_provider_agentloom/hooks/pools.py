@@ -27,9 +27,18 @@ from airflow_provider_agentloom.hooks.gateway import (
 from airflow_provider_agentloom.settings import positive_number
 
 if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
     from airflow_provider_agentloom.workflow.models import WorkflowConfig
 
-__all__ = ["MAX_CALLS_KEY", "POOL_PREFIX", "ConnectionPool", "connection_pool", "model_conn_id", "pool_name"]
+__all__ = [
+    "MAX_CALLS_KEY",
+    "POOL_PREFIX",
+    "ConnectionPool",
+    "connection_pool",
+    "model_connection",
+    "pool_name",
+]
 
 MAX_CALLS_KEY = "max_concurrent_calls"
 POOL_PREFIX = "agentloom_"
@@ -58,38 +67,40 @@ def pool_name(conn_id: str) -> str:
     return POOL_PREFIX + conn_id
 
 
-def model_conn_id(config: WorkflowConfig) -> str | None:
-    """The connection the model calls of a workflow's steps go to first, or None (mock, none configured).
+def model_connection(config: WorkflowConfig) -> tuple[str, Connection] | None:
+    """The connection (id and fields) the model calls of a workflow's steps go to first, or None
+    (mock, none configured, or ``llm_conn_id`` names one that does not exist: the step then fails
+    saying so when it runs).
 
     The gateway's order (``hooks.gateway._collect``): ``config.airflow.llm_conn_id``, then
     ``agentloom_<vendor>_default`` and ``agentloom_llm_default``, the first whose vendor is the
     workflow's ``provider``. Each look-up of a connection that does not exist is a quiet one.
     """
-    if config.airflow.llm_conn_id:
-        return config.airflow.llm_conn_id
+    named = config.airflow.llm_conn_id
+    if named:
+        conn = lookup_connection(named, required=True)
+        return None if conn is None else (named, conn)
     primary = normalize_vendor(config.provider, source="config.provider")
     if primary == "mock":
         return None  # the mock gateway calls no connection
     for conn_id in [*VENDOR_CONN_IDS.values(), DEFAULT_CONN_ID]:
         conn = lookup_connection(conn_id)
         if conn is not None and connection_vendor(conn, conn_id) == primary:
-            return conn_id
+            return conn_id, conn
     return None
 
 
 def connection_pool(config: WorkflowConfig) -> ConnectionPool | None:
     """The pool the model steps of a workflow whose ``config`` is given run in, or None.
 
-    None when the calls go to no connection, the connection does not exist (the step then fails
-    saying so when it runs) or it sets no ``max_concurrent_calls``. A value that is not a whole
-    number of at least 1 is a non-retryable ``StepError`` naming the connection and the key.
+    None when the calls go to no connection or it sets no ``max_concurrent_calls``. A value that
+    is not a whole number of at least 1 is a non-retryable ``StepError`` naming the connection and
+    the key.
     """
-    conn_id = model_conn_id(config)
-    if conn_id is None:
+    found = model_connection(config)
+    if found is None:
         return None
-    conn = lookup_connection(conn_id, required=True)
-    if conn is None:
-        return None
+    conn_id, conn = found
     slots = max_concurrent_calls(connection_extra(conn, conn_id), conn_id)
     if slots is None:
         return None
