@@ -233,9 +233,13 @@ def _rest_pool(client: httpx.Client, pool: ConnectionPool) -> None:
         _log_change(pool, None)
         return
     _raise_for(found, f"read pool {pool.name}")
-    before = int(found.json()["slots"])
+    current = found.json()
+    before = int(current["slots"])
     if before != pool.slots:
-        patched = client.patch(path, params={"update_mask": "slots"}, json={"slots": pool.slots})
+        # Airflow 3.3 validates a pool's PATCH body as a whole pool (its name, slots and
+        # include_deferred) even when update_mask names slots alone: only slots changes.
+        body = {"pool": pool.name, "slots": pool.slots, "include_deferred": bool(current["include_deferred"])}
+        patched = client.patch(path, params={"update_mask": "slots"}, json=body)
         _raise_for(patched, f"resize pool {pool.name}")
         _log_change(pool, before)
 

@@ -7,7 +7,8 @@ not use the ORM, creates pool ``agentloom_e2e_pool_llm`` through the REST API (t
 ``agentloom_airflow_api`` connection). Two DAGs of two model steps each are triggered together:
 four tasks the workers could run at once. The loopback vendor counts the calls in flight and
 holds each until a second one arrives (or a few seconds pass), so the bound of 2 is reached and
-any call beyond it would be seen.
+any call beyond it would be seen (without the extra, the same runs put 4 calls in flight). A pool
+resized by hand is put back to 2 by the next parse.
 """
 
 from __future__ import annotations
@@ -128,3 +129,17 @@ def test_max_concurrent_calls_bounds_the_calls_across_workers_and_dags(stack: Ai
 
     assert VENDOR.calls == 2 * len(DAG_IDS)
     assert VENDOR.most_in_flight == BOUND
+
+    # A pool resized by hand is put back to the connection's N at the next parse (PATCH over REST).
+    assert stack.client is not None
+    patched = stack.client.patch(
+        f"/api/v2/pools/{POOL}",
+        params={"update_mask": "slots"},
+        json={"pool": POOL, "slots": 7, "include_deferred": False},
+    )
+    assert patched.status_code == 200, patched.text
+    started = time.monotonic()
+    wait_for(
+        "the next parse to resize the pool", lambda: stack.get(f"/api/v2/pools/{POOL}")["slots"] == BOUND, 60
+    )
+    stack.timings["pool resized back by a parse"] = time.monotonic() - started
