@@ -186,6 +186,8 @@ def _ensure_over_rest(pools: Iterable[ConnectionPool]) -> None:
 
     from airflow_provider_agentloom.hooks.gateway import lookup_connection
     from airflow_provider_agentloom.hooks.masking import register_secret
+    from airflow_provider_agentloom.llm.errors import redact
+    from airflow_provider_agentloom.tools.net import display_url
 
     names = ", ".join(sorted(pool.name for pool in pools))
     conn = lookup_connection(API_CONN_ID)
@@ -210,10 +212,11 @@ def _ensure_over_rest(pools: Iterable[ConnectionPool]) -> None:
             _rest_token(client, login, password, names)
             for pool in pools:
                 _rest_pool(client, pool)
-    except httpx.HTTPError as exc:  # the message names the URL, never the password
+    except httpx.HTTPError as exc:  # named by the URL without user info, never the password
+        detail = redact(f"{type(exc).__name__}: {exc}", [password])
         raise PoolSyncError(
-            f"Could not keep the pools {names} through the REST API at {base} "
-            f"(connection {API_CONN_ID!r}): {type(exc).__name__}: {exc}",
+            f"Could not keep the pools {names} through the REST API at {display_url(base)} "
+            f"(connection {API_CONN_ID!r}): {detail}",
             transient=True,
         ) from None
 
