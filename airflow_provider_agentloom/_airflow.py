@@ -59,6 +59,8 @@ __all__ = [
     "load_listener_manager",
     "mark_run_failed",
     "new_session",
+    "orm_reachable",
+    "pool_slots",
     "read_xcom",
     "resume_with_response",
     "record_import_error",
@@ -67,6 +69,7 @@ __all__ = [
     "scheduler_dag",
     "serve_latest_execution_api_only",
     "session_scope",
+    "set_pool",
     "supervise",
     "sync_dag",
     "task_instances_of_runs",
@@ -196,6 +199,36 @@ def init_database() -> None:
     from airflow.utils import db
 
     db.initdb()
+
+
+def orm_reachable() -> bool:
+    """Whether this process may use Airflow's ORM: not a DAG-parsing or task process.
+
+    Airflow 3 blocks the ORM in every process its supervisor forks (the dag-processor's parsing
+    process, task processes: ``supervisor.block_orm_access``); it also refuses it before
+    ``airflow.settings`` has configured one (``Session`` is None then).
+    """
+    from airflow import settings
+    from airflow.sdk.execution_time.supervisor import BlockedDBSession
+
+    session = getattr(settings, "Session", None)
+    return session is not None and session is not BlockedDBSession
+
+
+def pool_slots(session: Any, name: str) -> int | None:
+    """The slots of Airflow pool ``name``, or None when there is no such pool."""
+    from airflow.models.pool import Pool
+
+    pool = Pool.get_pool(name, session=session)
+    return None if pool is None else int(pool.slots)
+
+
+def set_pool(session: Any, name: str, slots: int, description: str) -> None:
+    """Create pool ``name`` with ``slots`` slots, or resize it (deferred tasks take no slot)."""
+    from airflow.models.pool import Pool
+
+    Pool.create_or_update_pool(name, slots, description, False, session=session)
+    session.flush()
 
 
 # -- the DAG and its run -------------------------------------------------------------------------

@@ -128,6 +128,13 @@ def get_provider_info() -> dict[str, Any]:
                         "arguments together). Default: [agentloom] llm_max_reply_bytes (10 MiB).",
                         "schema": {"type": ["integer", "null"], "minimum": 1},
                     },
+                    "max_concurrent_calls": {
+                        "label": "Max concurrent calls",
+                        "description": "The most model steps on this connection running at once, across "
+                        "every worker and DAG: they run in the Airflow pool agentloom_<conn_id> of this "
+                        "many slots, which the DAG loader creates or resizes when it parses.",
+                        "schema": {"type": ["integer", "null"], "minimum": 1},
+                    },
                 },
             }
         ],

@@ -155,6 +155,44 @@ def test_init_database_creates_a_new_homes_database(tmp_path: Path) -> None:
     assert done.stdout.strip().splitlines()[-1] == "True"
 
 
+def test_pool_slots_and_set_pool_create_and_resize_airflows_pool() -> None:
+    from airflow.models.pool import Pool
+
+    name = f"agentloom_contract_{uuid.uuid4().hex[:8]}"
+    with _airflow.session_scope() as session:
+        assert _airflow.pool_slots(session, name) is None
+        _airflow.set_pool(session, name, 2, "contract probe")
+    with _airflow.session_scope() as session:
+        assert _airflow.pool_slots(session, name) == 2
+        _airflow.set_pool(session, name, 5, "contract probe")
+    with _airflow.session_scope() as session:
+        pool = Pool.get_pool(name, session=session)
+        assert pool is not None
+        assert (pool.slots, pool.description, pool.include_deferred) == (5, "contract probe", False)
+        session.delete(pool)
+
+
+def test_orm_reachable_is_false_where_airflow_blocks_the_orm() -> None:
+    """True here; False after ``block_orm_access``, what Airflow's supervisor runs in each process it forks
+    (the dag-processor's parsing process, task processes)."""
+    assert _airflow.orm_reachable()
+    probe = textwrap.dedent(
+        """
+        import airflow.settings
+        from airflow.sdk.execution_time.supervisor import block_orm_access
+        from airflow_provider_agentloom import _airflow
+        before = _airflow.orm_reachable()
+        block_orm_access()
+        print(before, _airflow.orm_reachable())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "True False"
+
+
 # -- the DAG and its run -------------------------------------------------------------------------
 
 

@@ -3,10 +3,12 @@
 A subworkflow step becomes a TaskGroup holding its child's steps as tasks of the same DAG,
 recursively, between a ``__start__`` and an ``__end__`` task (see ``operators.subworkflow``).
 
-``build_dag`` does no I/O (but the price table of the docs' worst-case cost, read once per process)
-and reads no Airflow configuration: it runs at every parse of the
-dags folder and at every task start on the workers. What Airflow itself would refuse (ids, tags,
-the schedule) is refused first by :mod:`~airflow_provider_agentloom.dag.checks`, with the line.
+``build_dag`` does no I/O (but the price table of the docs' worst-case cost, read once per process,
+and the model connection of a workflow with model steps, whose ``max_concurrent_calls`` puts them
+in its pool: :mod:`~airflow_provider_agentloom.dag.pools`) and reads no Airflow configuration: it
+runs at every parse of the dags folder and at every task start on the workers. What Airflow
+itself would refuse (ids, tags, the schedule) is refused first by
+:mod:`~airflow_provider_agentloom.dag.checks`, with the line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, Param, TaskGroup, TriggerRule
 from airflow.sdk.definitions.asset import BaseAsset
 
+from airflow_provider_agentloom.dag import pools
 from airflow_provider_agentloom.dag.checks import (
     check_params,
     check_schedule,
@@ -138,6 +141,7 @@ def _add_scope(
     """
     graph, workflow = scope.graph, scope.workflow
     outlets = _outlets(workflow, graph)
+    model_pool = pools.scope_pool(workflow)
     ends: dict[str, Ends] = {}
     for step_id in graph.order:
         step = graph.steps[step_id]
@@ -152,9 +156,14 @@ def _add_scope(
         if isinstance(step, SubworkflowStep):
             ends[step_id] = _add_subworkflow(dag, scope, step, local_id, group, kwargs)
             continue
+        step_pool = model_pool if pools.uses_a_model(step) else None
+        if step_pool is not None:  # the connection's bound wins over config.airflow.pool: a task has one pool
+            kwargs["pool"] = step_pool.name
         task = operator_class(step)(
             task_id=local_id, step=step, run_context=scope, dag=dag, task_group=group, **kwargs
         )
+        if step_pool is not None:
+            task.connection_pool = step_pool  # a ModelStepOperator's; dag.pools.pools_of reads it
         ends[step_id] = (task, task)
     continue_on_failure = workflow.config.on_step_failure == "continue"
     for step_id, parents in graph.parents.items():

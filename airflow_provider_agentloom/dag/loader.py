@@ -25,6 +25,9 @@ Put this in a ``.py`` file in your dags folder (Airflow only reads ``.py`` files
 - Parsed workflows are cached per process by path, modification time and size, and on disk by
   their text (``[agentloom] parse_cache_dir``, :mod:`~airflow_provider_agentloom.workflow.parse_cache`):
   Airflow parses the loader file in a fresh process each time, which then reads only what changed.
+- The pools of model connections with ``max_concurrent_calls`` are created or resized after each
+  DAG is built (:mod:`~airflow_provider_agentloom.dag.pools`); one that cannot be makes the file a
+  placeholder saying why, since Airflow never schedules a task whose pool is missing.
 - Python's cyclic garbage collector is paused while the folder loads: what the loader builds is
   kept, so a collection would only walk it again (a fifth of a warm parse).
 """
@@ -48,10 +51,11 @@ from typing import Any
 from airflow.sdk import DAG
 
 from airflow_provider_agentloom import _airflow
-from airflow_provider_agentloom.dag import from_file
+from airflow_provider_agentloom.dag import from_file, pools
 from airflow_provider_agentloom.dag.build import TAG, dag_id_for
 from airflow_provider_agentloom.dag.checks import usable_dag_id
 from airflow_provider_agentloom.dag.from_file import build_workflow_dag, contained
+from airflow_provider_agentloom.dag.pools import PoolSyncError
 from airflow_provider_agentloom.exceptions import WorkflowValidationError
 from airflow_provider_agentloom.operators.invalid import InvalidWorkflowOperator
 from airflow_provider_agentloom.plan.ids import MAX_ID, safe_id
@@ -111,7 +115,8 @@ def load_workflows(
         # The dags folder itself: a workflow in a sub-folder may name a child anywhere in it.
         limits = workflow_limits().allowing(str(root.resolve()))
         folder_load = _FolderLoad(root, limits, tuple(tools), working_dir, disk)
-        with _collector_paused():
+        for_a_task = _parsing_context_dag_id() is not None
+        with _collector_paused(), pools.one_look_per_load(for_a_task=for_a_task):
             folder_load.run(_workflow_files(root, tuple(patterns), recursive), dags)
     except Exception:  # never reached by a bad file (each is contained); a bug must not drop the others
         log.exception("The AgentLoom loader failed in %s; keeping the %d DAGs built so far", root, len(dags))
@@ -204,8 +209,33 @@ class _FolderLoad:
         if isinstance(dag, WorkflowValidationError):
             self.broken.append((path, str(dag)))
             return
+        if wanted is None and (problem := _pool_problem(path, dag)) is not None:
+            self.broken.append((path, problem))
+            return
         self.owners[dag_id] = path
         dags[dag_id] = dag
+
+
+def _pool_problem(path: Path, dag: DAG) -> str | None:
+    """Create or resize the pools of ``dag``'s model connections; the error that makes the file a
+    placeholder, or None.
+
+    Only a full parse does it (a worker running one task finds its task already placed). A pool
+    nothing can keep is the placeholder's error (its tasks would never be scheduled); a failure of
+    the API server leaves the DAG as it is, with an import error on the file saying why (see
+    :mod:`~airflow_provider_agentloom.dag.pools`).
+    """
+    try:
+        pools.ensure_pools(pools.pools_of(dag).values())
+    except PoolSyncError as exc:
+        message = f"{path}: {exc}"
+        if not exc.transient:
+            return message
+        log.error("Workflow file %s: its DAG is kept as built, but %s", path, exc)
+        bag = _airflow.executing_dagbag()
+        if bag is not None:
+            _airflow.record_import_error(bag, path, message)
+    return None
 
 
 def _out_of_time(path: Path, left: float) -> str:

@@ -8,7 +8,9 @@ as a dict or a JSON string) and optionally ``timeout`` (seconds per read), ``req
 (seconds one model call may take in all, streams included) and ``max_reply_bytes`` (the most one
 reply may hold); the last two default to the provider options ``[agentloom] llm_request_timeout``
 (600) and ``llm_max_reply_bytes`` (10 MiB), see ``llm.limits``. A connection without a key sends
-none: the vendor's key variable (``OPENAI_API_KEY``…) is never borrowed for another host.
+none: the vendor's key variable (``OPENAI_API_KEY``…) is never borrowed for another host. The
+extra ``max_concurrent_calls`` is not the client's: it bounds the steps on the connection through
+an Airflow pool (:mod:`~airflow_provider_agentloom.hooks.pools`).
 
 Policy of ``build_gateway`` (where the model calls of a step go):
 
@@ -88,6 +90,8 @@ __all__ = [
     "VENDOR_CONN_IDS",
     "LLMSettings",
     "build_gateway",
+    "connection_extra",
+    "connection_vendor",
     "lookup_connection",
     "normalize_vendor",
     "provider_from_settings",
@@ -228,9 +232,8 @@ def _from_env_var(conn_id: str) -> Connection | None:
 
 def settings_from_connection(conn: Connection, conn_id: str) -> LLMSettings:
     """Read a connection's fields (see the module docstring); bad fields are non-retryable errors."""
-    extra = _extra(conn, conn_id)
-    raw_vendor = extra.get("vendor") or _implied_vendor(conn_id, getattr(conn, "conn_type", None))
-    vendor = normalize_vendor(str(raw_vendor), source=f"connection {conn_id!r}")
+    extra = connection_extra(conn, conn_id)
+    vendor = connection_vendor(conn, conn_id, extra)
     api_key = str(getattr(conn, "password", None) or "")
     register_secret(api_key)
     headers = _headers(extra.get("extra_headers"), conn_id)
@@ -258,6 +261,13 @@ def settings_from_connection(conn: Connection, conn_id: str) -> LLMSettings:
     )
 
 
+def connection_vendor(conn: Connection, conn_id: str, extra: dict[str, Any] | None = None) -> str:
+    """The vendor (wire format) of a connection: its extra's ``vendor``, else implied by its id or type."""
+    given = connection_extra(conn, conn_id) if extra is None else extra
+    raw_vendor = given.get("vendor") or _implied_vendor(conn_id, getattr(conn, "conn_type", None))
+    return normalize_vendor(str(raw_vendor), source=f"connection {conn_id!r}")
+
+
 def _implied_vendor(conn_id: str, conn_type: str | None) -> str:
     for vendor, default_id in VENDOR_CONN_IDS.items():
         if conn_id == default_id:
@@ -267,7 +277,8 @@ def _implied_vendor(conn_id: str, conn_type: str | None) -> str:
     return "openai"
 
 
-def _extra(conn: Connection, conn_id: str) -> dict[str, Any]:
+def connection_extra(conn: Connection, conn_id: str) -> dict[str, Any]:
+    """A connection's extra as a dict; not JSON or not an object is a non-retryable ``StepError``."""
     raw: Any = getattr(conn, "extra", None)
     if not raw:
         return {}

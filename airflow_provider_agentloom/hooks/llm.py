@@ -94,7 +94,8 @@ class AgentLoomLLMHook(BaseHook):
     """The model client of an ``agentloom_llm`` connection.
 
     Password = API key, host = base URL, extra ``vendor`` (default openai, or the vendor named in an
-    ``agentloom_<vendor>_default`` id), ``default_model``, ``extra_headers``. The connection is read
+    ``agentloom_<vendor>_default`` id), ``default_model``, ``extra_headers`` (and
+    ``max_concurrent_calls``, its steps' pool: ``hooks.pools``). The connection is read
     on first use, not in ``__init__``; the key never appears in the repr, logs or errors.
 
     :param llm_conn_id: the connection id (default ``agentloom_llm_default``); a model step's

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_agentloom.hooks.llm import AgentLoomLLMHook, StepGateway
+    from airflow_provider_agentloom.hooks.pools import ConnectionPool
     from airflow_provider_agentloom.llm.base import OnChunk
     from airflow_provider_agentloom.llm.types import AttachmentData, ChatResponse, ToolCallRecord, ToolSpec
     from airflow_provider_agentloom.tools.registry import ToolRegistry
@@ -104,6 +105,8 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
 
     template_fields = ("model", "system_prompt", "prompt")
     template_fields_renderers: ClassVar[dict[str, str]] = {"system_prompt": "md", "prompt": "md"}
+    connection_pool: ConnectionPool | None = None
+    """The pool of the step's model connection (``max_concurrent_calls``), set by ``dag.build``."""
 
     def graph_label(self) -> str:
         return f"{self.step_type}: {self.written_model()}"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from airflow_provider_agentloom.dag.pools import API_CONN_ID
 from airflow_provider_agentloom.exceptions import PrivateHomeError, RunError
 from airflow_provider_agentloom.runner.home import EmbeddedHome, jwt_secret, private_log_settings
 from airflow_provider_agentloom.runner.private import ensure_private_home, open_private, write_atomically
@@ -371,6 +372,12 @@ def component_environment(
     for key, value in defaults.items():
         env.setdefault(key, value)
     api = f"http://127.0.0.1:{api_port}"
+    # The loader keeps the pools of model connections (max_concurrent_calls) through this API, as
+    # serve's admin: the dag-processor's parsing process may not write the database (dag/pools.py).
+    # A connection of the caller's own wins; the password is in the environment only, as the
+    # database's is (which gives more than it).
+    api_login = {"conn_type": "http", "host": api, "login": USER, "password": login_password(home)}
+    env.setdefault(f"AIRFLOW_CONN_{API_CONN_ID.upper()}", json.dumps(api_login))
     env.update(
         {
             "AIRFLOW_HOME": str(home.root),

@@ -215,6 +215,7 @@ class AirflowStack:
     credentials: tuple[str, str] | None = None
     # On a shared stack: the DAGs each module put in the dags folder, by module.
     module_dag_ids: dict[str, frozenset[str]] = field(default_factory=dict)
+    celery_workers: int = 1  # with the CeleryExecutor: how many workers (each of concurrency 2)
 
     def __post_init__(self) -> None:
         self.home = self.base / "airflow-home"
@@ -361,9 +362,10 @@ class AirflowStack:
         self.start("api-server", "api-server")
         self.start("scheduler", "scheduler")
         self.start("dag-processor", "dag-processor")
-        if self.executor == "CeleryExecutor":
+        for number in range(1, self.celery_workers + 1 if self.executor == "CeleryExecutor" else 1):
+            suffix = "" if number == 1 else f"-{number}"
             self.start(
-                "celery-worker",
+                f"celery-worker{suffix}",
                 "celery",
                 "worker",
                 "--queues",
@@ -371,7 +373,7 @@ class AirflowStack:
                 "--concurrency",
                 "2",
                 "--celery-hostname",
-                f"{self.queue}@%h",
+                f"{self.queue}{suffix}@%h",
                 "--without-gossip",
                 "--without-mingle",
             )
@@ -584,6 +586,7 @@ class StackPart:
     :param repo_dags: whether it needs the repo's ``dags/`` (the examples) and the broken file.
     :param env: more variables of the components (connections), computed when the stack starts.
     :param close: called once the stack has stopped (a loopback server the components used).
+    :param celery_workers: the Celery workers it needs (the stack starts the most any module asks for).
     """
 
     name: str
@@ -593,6 +596,7 @@ class StackPart:
     repo_dags: bool = False
     env: Callable[[], dict[str, str]] | None = None
     close: Callable[[], None] | None = None
+    celery_workers: int = 1
 
 
 class ModelConnection:
@@ -602,12 +606,16 @@ class ModelConnection:
     :param start: starts the server (it has ``url`` and ``stop()``); called on first use.
     :param conn_id: the connection's id (its ``AIRFLOW_CONN_<ID>`` variable).
     :param password: the API key the connection carries.
+    :param extra: the connection's extra (``max_concurrent_calls``…).
     """
 
-    def __init__(self, start: Callable[[], Any], conn_id: str, password: str) -> None:
+    def __init__(
+        self, start: Callable[[], Any], conn_id: str, password: str, extra: dict[str, Any] | None = None
+    ) -> None:
         self._start = start
         self.conn_id = conn_id
         self.password = password
+        self.extra = extra
         self._server: Any = None
 
     @property
@@ -617,7 +625,13 @@ class ModelConnection:
         return self._server
 
     def env(self) -> dict[str, str]:
-        connection = {"conn_type": "agentloom_llm", "host": self.server.url, "password": self.password}
+        connection: dict[str, Any] = {
+            "conn_type": "agentloom_llm",
+            "host": self.server.url,
+            "password": self.password,
+        }
+        if self.extra is not None:
+            connection["extra"] = self.extra
         return {f"AIRFLOW_CONN_{self.conn_id}": json.dumps(connection)}
 
     def close(self) -> None:
@@ -652,7 +666,11 @@ class SharedStack:
 
     def _start(self) -> AirflowStack:
         require_stack(self.executor)
-        airflow = AirflowStack(self.base, executor=self.executor)
+        airflow = AirflowStack(
+            self.base,
+            executor=self.executor,
+            celery_workers=max(part.celery_workers for part in self.parts),
+        )
         if any(part.repo_dags for part in self.parts):
             airflow.prepare_dags()
         else:
@@ -675,6 +693,15 @@ class SharedStack:
             }
         )
         airflow.credentials = (SHARED_USERNAME, SHARED_PASSWORD)
+        # Where the dag-processor keeps the pools of model connections (dag/pools.py): this API,
+        # as this user.
+        api = {
+            "conn_type": "http",
+            "host": airflow.api_url,
+            "login": SHARED_USERNAME,
+            "password": SHARED_PASSWORD,
+        }
+        airflow.extra_env["AIRFLOW_CONN_AGENTLOOM_AIRFLOW_API"] = json.dumps(api)
         names = " + ".join(part.name for part in self.parts)
         running = contextlib.ExitStack()
         running.callback(self._close_parts)

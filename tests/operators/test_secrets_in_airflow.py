@@ -398,6 +398,7 @@ def test_airflow_cli_lists_the_provider_its_connection_type_and_fields(tmp_path:
         "extra__agentloom_llm__extra_headers",
         "extra__agentloom_llm__request_timeout",
         "extra__agentloom_llm__max_reply_bytes",
+        "extra__agentloom_llm__max_concurrent_calls",
     }
 
 

@@ -7,6 +7,7 @@ The live stack is tested in ``tests/e2e/test_serve.py``.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -149,6 +150,13 @@ def test_serves_settings_win_and_the_users_other_settings_pass(
     assert env["AIRFLOW_HOME"] == str(home.root)
     assert env["AIRFLOW__CORE__PARALLELISM"] == "16"
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == "postgresql://u:pw@db/y"  # in the environment only
+    # Where the loader keeps the pools of model connections: this API, as serve's admin.
+    assert json.loads(env["AIRFLOW_CONN_AGENTLOOM_AIRFLOW_API"]) == {
+        "conn_type": "http",
+        "host": "http://127.0.0.1:18080",
+        "login": "admin",
+        "password": prepare.login_password(home),
+    }
     assert "AGENTLOOM_SERVE_DB" not in env
     assert (
         prepare.component_environment(home, tmp_path, 18080, None, "id1")[
