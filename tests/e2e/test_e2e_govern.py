@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import EXECUTOR, AirflowStack, ModelConnection, SharedStacks, StackPart
+from e2e_support import EXECUTOR, AirflowStack, ModelConnection, SharedStacks, StackPart, wait_for
 from idempotency_support import KeyServer
 
 _LLM_TESTS = str(Path(__file__).resolve().parents[1] / "llm")
@@ -32,7 +32,7 @@ from llm_wire import OpenAIKit  # noqa: E402
 pytestmark = [pytest.mark.integration]
 
 LLM_KEY = "sk-e2e-GOVERN-5d1e8a7c3b90"
-IDEMPOTENT_DAG, AGENT_DAG = "e2e-idempotent", "e2e-govern-agent"
+IDEMPOTENT_DAG, AGENT_DAG, APPROVE_DAG = "e2e-idempotent", "e2e-govern-agent", "e2e-govern-approve"
 
 IDEMPOTENT_WORKFLOW = """
 name: e2e-idempotent
@@ -58,23 +58,29 @@ steps:
     retry: {max_retries: 1, backoff_max: 1}
     output: answer
 """
+APPROVE_WORKFLOW = (
+    AGENT_WORKFLOW.replace("e2e-govern-agent", APPROVE_DAG).replace("govern-me", "approve-me")
+    + "    approve_tools: [shell_command]\n"
+)
 
 
 class Vendor:
-    """The loopback model: a tool call that appends to the prompt's marker file, a 500 once, then an answer."""
+    """The loopback model: for ``govern-me PATH`` and ``approve-me PATH``, a tool call that appends
+    to the marker file PATH, then a 500 once (per prompt word), then an answer."""
 
     def __init__(self) -> None:
         self.kit = OpenAIKit()
         self.lock = threading.Lock()
-        self.failed_once = False
+        self.failed: set[str] = set()
 
     def __call__(self, request: SeenRequest) -> Reply:
         prompt = next(m["content"] for m in request.body["messages"] if m["role"] == "user")
-        marker = prompt.removeprefix("govern-me ")
+        word, _, marker = prompt.partition(" ")
         if not self.kit.tool_results(request):
             return self.kit.tool_call("call_1", "shell_command", {"command": f"echo ran >> {marker}"})
         with self.lock:
-            first, self.failed_once = not self.failed_once, True
+            first = word not in self.failed
+            self.failed.add(word)
         return self.kit.error(500, "overloaded, try later") if first else self.kit.text("governed")
 
 
@@ -82,8 +88,12 @@ MODEL = ModelConnection(lambda: LoopbackServer(Vendor()).start(), "E2E_GOVERN_LL
 
 STACK_PART = StackPart(
     "e2e-govern",
-    files={"e2e_idempotent.yaml": IDEMPOTENT_WORKFLOW, "e2e_govern_agent.yaml": AGENT_WORKFLOW},
-    dag_ids=frozenset({IDEMPOTENT_DAG, AGENT_DAG}),
+    files={
+        "e2e_idempotent.yaml": IDEMPOTENT_WORKFLOW,
+        "e2e_govern_agent.yaml": AGENT_WORKFLOW,
+        "e2e_govern_approve.yaml": APPROVE_WORKFLOW,
+    },
+    dag_ids=frozenset({IDEMPOTENT_DAG, AGENT_DAG, APPROVE_DAG}),
     env=MODEL.env,
     close=MODEL.close,
     executor=EXECUTOR,  # CeleryExecutor unless AGENTLOOM_E2E_EXECUTOR says otherwise
@@ -156,3 +166,37 @@ def test_a_retried_agent_runs_its_tool_once_and_its_docs_show_the_worst_case(
         "at most $0.6182 = 32 × (128,000 in × $0.00015 + 200 out × $0.0006 per 1K)"
     ) in docs
     assert "run: 32 model calls; at most $0.6182" in docs
+
+
+@pytest.mark.timeout(600)
+def test_a_retry_after_an_approved_tool_ran_neither_asks_again_nor_runs_it_again(
+    stack: AirflowStack, tmp_path: Path
+) -> None:
+    """Asked once and approved over REST; the tool runs; the next model call fails with a 500; the
+    retry (another task process, another task-instance id) replays the reply, the answer and the
+    tool's result: no second question, one line in the marker, three model calls in all."""
+    marker = tmp_path / "approved.txt"
+    server = MODEL.server
+    run_id = "approve_1"
+    with stack.explain_failure():
+        stack.trigger(APPROVE_DAG, run_id, {"marker": str(marker)})
+
+        def asking() -> bool:
+            listed = stack.get(f"/api/v2/dags/{APPROVE_DAG}/dagRuns/{run_id}/hitlDetails")
+            return any(
+                not detail["response_received"] and detail["task_instance"]["state"] == "awaiting_input"
+                for detail in listed["hitl_details"]
+            )
+
+        wait_for("the tool call's question", asking, timeout=150)
+        assert not marker.exists()  # nothing ran before the answer
+        stack.answer_hitl(APPROVE_DAG, run_id, "agent", ["Approve"])
+        run = stack.wait_run(APPROVE_DAG, run_id, timeout=180)
+        assert run["state"] == "success", stack.task_states(APPROVE_DAG, run_id)
+    assert stack.xcom(APPROVE_DAG, run_id, "agent") == "governed"
+    assert _tries(stack, APPROVE_DAG, run_id, "agent") == 2
+    assert marker.read_text(encoding="utf-8") == "ran\n"
+    asked = [r for r in list(server.requests) if "approve-me" in str(r.body["messages"])]
+    assert len(asked) == 3  # the tool call, the 500, the answer: the resume and the retry asked nothing
+    approvals = stack.xcom(APPROVE_DAG, run_id, "agent", key="agentloom")["extra"]["tool_approvals"]
+    assert [(a["approved"], a["by"]) for a in approvals] == [(True, "admin")]  # asked once
