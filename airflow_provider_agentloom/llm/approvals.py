@@ -129,7 +129,9 @@ class ToolApprovals:
 
     def kept_answer(self, call: ToolCall, place: tuple[int, int]) -> ToolAnswer | None:
         """The answer kept for ``call`` at ``place`` (noted in :attr:`answered`), else None."""
-        fingerprint = tool_call_fingerprint(call.name, call.arguments, place)
+        return self._kept_answer(place, tool_call_fingerprint(call.name, call.arguments, place))
+
+    def _kept_answer(self, place: tuple[int, int], fingerprint: str) -> ToolAnswer | None:
         kept = self._keeper.fetch(ANSWER_KEY.format(*place), fingerprint)
         if not isinstance(kept, dict) or not isinstance(kept.get("question"), dict):
             return None
@@ -140,10 +142,10 @@ class ToolApprovals:
 
     def answer_for(self, call: ToolCall, place: tuple[int, int], response: ChatResponse) -> ToolAnswer:
         """The answer kept for ``call`` at ``place``; else keep the question and raise ToolApprovalPending."""
-        answer = self.kept_answer(call, place)
+        fingerprint = tool_call_fingerprint(call.name, call.arguments, place)
+        answer = self._kept_answer(place, fingerprint)
         if answer is not None:
             return answer
-        fingerprint = tool_call_fingerprint(call.name, call.arguments, place)
         question = self._question(call, place, fingerprint, response)
         self._keeper.keep(PENDING_KEY, _PENDING, question.model_dump(mode="json"))
         raise ToolApprovalPending(f"tool call {question_line(question)} waits for an answer", question)

@@ -63,7 +63,8 @@ MAX_SHOWN_CHARS = 4000
 """How much of one upstream output the request's body shows."""
 
 _DECISIONS = {ApprovalOperator.APPROVE: APPROVED, ApprovalOperator.REJECT: REJECTED}
-_DEFAULTS = {"approve": ApprovalOperator.APPROVE, "reject": ApprovalOperator.REJECT}
+ON_TIMEOUT_ANSWERS = {"approve": ApprovalOperator.APPROVE, "reject": ApprovalOperator.REJECT}
+"""The option an ``on_timeout`` answers with: a gate's, and a tool call's (``operators.tool_approvals``)."""
 
 
 class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep, None], ApprovalOperator):
@@ -92,7 +93,7 @@ class ApprovalGateOperator(AgentLoomStepOperator[ApprovalGateStep, None], Approv
         if step.timeout_seconds is not None:
             kwargs.setdefault("response_timeout", timedelta(seconds=step.timeout_seconds))
         if step.on_timeout is not None:
-            kwargs.setdefault("defaults", [_DEFAULTS[step.on_timeout]])
+            kwargs.setdefault("defaults", [ON_TIMEOUT_ANSWERS[step.on_timeout]])
         super().__init__(step=step, run_context=run_context, **kwargs)
         self.execution_timeout = execution_timeout
 

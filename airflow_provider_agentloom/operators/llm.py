@@ -201,6 +201,8 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         try:
             return anyio.run(self._call_model, call)
         except ToolApprovalPending as pending:
+            # Here, not at the top: it brings in the standard provider's HITL operators (~20 ms,
+            # measured on the 2-core box), which a model step without approve_tools never needs.
             from airflow_provider_agentloom.operators.tool_approvals import ask
 
             if pending.question is None:  # pragma: no cover - the loop always says which call
@@ -221,7 +223,7 @@ class ModelStepOperator(AgentLoomStepOperator[ModelStepT, RenderedPrompts]):
         the task state store, the answers decide the calls asked about, and the loop goes on (or
         stops at the next question).
         """
-        from airflow_provider_agentloom.operators.tool_approvals import answer_of
+        from airflow_provider_agentloom.operators.tool_approvals import answer_of  # see run_step
 
         def resume(context: Context, prepared: PreparedStep[RenderedPrompts]) -> StepOutcome:
             approvals = self._approvals(context)

@@ -32,7 +32,7 @@ from airflow_provider_agentloom.llm.approvals import (
     ToolQuestion,
     question_line,
 )
-from airflow_provider_agentloom.operators.approval import fenced
+from airflow_provider_agentloom.operators.approval import ON_TIMEOUT_ANSWERS, fenced
 from airflow_provider_agentloom.workflow.models import AgentStep, LLMCallStep
 
 if TYPE_CHECKING:
@@ -51,9 +51,8 @@ __all__ = [
     "request_subject",
 ]
 
-APPROVE, REJECT = "Approve", "Reject"
-"""The request's two options (those of Airflow's ``ApprovalOperator``)."""
-_DEFAULTS = {"approve": APPROVE, "reject": REJECT}
+APPROVE, REJECT = ON_TIMEOUT_ANSWERS["approve"], ON_TIMEOUT_ANSWERS["reject"]
+"""The request's two options: a gate's (those of Airflow's ``ApprovalOperator``)."""
 QUESTION_XCOM = "tool_question"
 """The XCom key of the question a step waits on now: what Airflow's request cannot update (see above)."""
 SHOWN_KEY = "agentloom_approval_shown"
@@ -104,7 +103,7 @@ def ask(
     """Write the request for ``question``; park the task in ``awaiting_input`` (raises TaskAwaitingInput)."""
     subject = request_subject(step, workflow_name, question)
     body = request_body(step, workflow_name, question)
-    defaults = [_DEFAULTS[step.on_timeout]] if step.on_timeout is not None else None
+    defaults = [ON_TIMEOUT_ANSWERS[step.on_timeout]] if step.on_timeout is not None else None
     # Pushed first: once the request exists, a reviewer may look for it.
     context["ti"].xcom_push(
         key=QUESTION_XCOM,
