@@ -72,10 +72,18 @@ _LOOKED: contextvars.ContextVar[_Looked | None] = contextvars.ContextVar("agentl
 
 _READ: contextvars.ContextVar[bool] = contextvars.ContextVar("agentloom_pool_reads", default=True)
 
+# The pools one parse has kept, by (name, slots), with the error that stopped it, if any: the
+# workflows of a folder mostly share a pool, which one write (one login, over REST) keeps for all.
+_Ensured = dict[tuple[str, int], "PoolSyncError | None"]
+_ENSURED: contextvars.ContextVar[_Ensured | None] = contextvars.ContextVar(
+    "agentloom_pools_kept", default=None
+)
+
 
 @contextlib.contextmanager
 def one_look_per_load(*, for_a_task: bool = False) -> Iterator[None]:
-    """Within it, the workflows naming the same connection and provider share one look-up.
+    """Within it, the workflows naming the same connection and provider share one look-up, and
+    the DAGs in the same pool share one write of it (:func:`ensure_pools`).
 
     The loader wraps a folder's parse in it: each look-up is a round trip to the dag-processor
     (and up to five when no ``llm_conn_id`` is named), and a folder's workflows mostly share one
@@ -89,9 +97,11 @@ def one_look_per_load(*, for_a_task: bool = False) -> Iterator[None]:
     """
     looked = _LOOKED.set({})
     read = _READ.set(not for_a_task)
+    ensured = _ENSURED.set({})
     try:
         yield
     finally:
+        _ENSURED.reset(ensured)
         _READ.reset(read)
         _LOOKED.reset(looked)
 
@@ -157,12 +167,25 @@ def ensure_pools(pools: Iterable[ConnectionPool]) -> None:
     Writes only what differs: a parse that finds every pool at its size changes nothing.
     """
     wanted = {pool.name: pool for pool in pools}
+    ensured = _ENSURED.get()
+    if ensured is not None:  # within one parse: what an earlier DAG kept (or failed to) stands
+        for pool in wanted.values():
+            if (error := ensured.get((pool.name, pool.slots))) is not None:
+                raise error
+        wanted = {name: pool for name, pool in wanted.items() if (name, pool.slots) not in ensured}
     if not wanted:
         return
-    if _airflow.orm_reachable():
-        _ensure_in_database(wanted.values())
-    else:
-        _ensure_over_rest(wanted.values())
+    try:
+        if _airflow.orm_reachable():
+            _ensure_in_database(wanted.values())
+        else:
+            _ensure_over_rest(wanted.values())
+    except PoolSyncError as exc:
+        if ensured is not None:
+            ensured.update(((pool.name, pool.slots), exc) for pool in wanted.values())
+        raise
+    if ensured is not None:
+        ensured.update(((pool.name, pool.slots), None) for pool in wanted.values())
 
 
 def _ensure_in_database(pools: Iterable[ConnectionPool]) -> None:

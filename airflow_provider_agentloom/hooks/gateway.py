@@ -86,6 +86,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONN_TYPE",
     "DEFAULT_CONN_ID",
+    "DEFAULT_CONN_ORDER",
     "ENV_VARS",
     "VENDOR_CONN_IDS",
     "LLMSettings",
@@ -110,6 +111,8 @@ AIRFLOW_RETRY_SCOPE: RetryScope = "safe"
 never left (``ProviderGateway``), so a failing model call costs at most ``1 + max_retries`` requests
 per provider and attempt for those, and one for everything else."""
 VENDOR_CONN_IDS: dict[str, str] = {vendor: f"agentloom_{vendor}_default" for vendor in HTTP_VENDORS}
+DEFAULT_CONN_ORDER: tuple[str, ...] = (*VENDOR_CONN_IDS.values(), DEFAULT_CONN_ID)
+"""Without ``llm_conn_id``, the connections a workflow's model calls may go to, in the order looked up."""
 ENV_VARS: dict[str, tuple[str | None, str]] = {
     "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
     "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
@@ -442,7 +445,7 @@ def _collect(
         settings = settings_from_connection(conn, conn_id)
         slots[settings.vendor] = settings
         explicit_vendor = settings.vendor
-    for default_id in [*VENDOR_CONN_IDS.values(), DEFAULT_CONN_ID]:
+    for default_id in DEFAULT_CONN_ORDER:
         if default_id == conn_id:
             continue
         conn = lookup_connection(default_id)

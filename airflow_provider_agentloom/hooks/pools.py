@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_agentloom.exceptions import StepError
 from airflow_provider_agentloom.hooks.gateway import (
-    DEFAULT_CONN_ID,
-    VENDOR_CONN_IDS,
+    DEFAULT_CONN_ORDER,
     connection_extra,
     connection_vendor,
     lookup_connection,
@@ -83,7 +82,7 @@ def model_connection(config: WorkflowConfig) -> tuple[str, Connection] | None:
     primary = normalize_vendor(config.provider, source="config.provider")
     if primary == "mock":
         return None  # the mock gateway calls no connection
-    for conn_id in [*VENDOR_CONN_IDS.values(), DEFAULT_CONN_ID]:
+    for conn_id in DEFAULT_CONN_ORDER:
         conn = lookup_connection(conn_id)
         if conn is not None and connection_vendor(conn, conn_id) == primary:
             return conn_id, conn

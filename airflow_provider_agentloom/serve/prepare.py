@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from airflow_provider_agentloom.dag.pools import API_CONN_ID
 from airflow_provider_agentloom.exceptions import PrivateHomeError, RunError
 from airflow_provider_agentloom.runner.home import EmbeddedHome, jwt_secret, private_log_settings
 from airflow_provider_agentloom.runner.private import ensure_private_home, open_private, write_atomically
@@ -376,6 +375,10 @@ def component_environment(
     # serve's admin: the dag-processor's parsing process may not write the database (dag/pools.py).
     # A connection of the caller's own wins; the password is in the environment only, as the
     # database's is (which gives more than it).
+    # Imported here: dag.pools brings in pydantic and the workflow models (~120 ms, measured),
+    # which serve's own process otherwise never loads; only its components parse workflows.
+    from airflow_provider_agentloom.dag.pools import API_CONN_ID
+
     api_login = {"conn_type": "http", "host": api, "login": USER, "password": login_password(home)}
     env.setdefault(f"AIRFLOW_CONN_{API_CONN_ID.upper()}", json.dumps(api_login))
     env.update(

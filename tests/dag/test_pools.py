@@ -212,9 +212,11 @@ for api in json.loads(sys.argv[2]):
         os.environ.pop("AIRFLOW_CONN_AGENTLOOM_AIRFLOW_API", None)
     else:
         os.environ["AIRFLOW_CONN_AGENTLOOM_AIRFLOW_API"] = json.dumps(api)
-    dag = load_workflows({}, sys.argv[1])["pooled"]
+    dags = load_workflows({}, sys.argv[1])
+    dag = dags["pooled"]
     ask = dag.get_task("ask") if dag.has_task("ask") else None
     shown = {"tags": sorted(dag.tags), "doc": dag.doc_md, "pool": ask and ask.pool}
+    shown["twin_tags"] = sorted(dags["pooled-twin"].tags)
     print("RESULT", json.dumps(shown), flush=True)
 """
 
@@ -225,10 +227,12 @@ def test_where_the_orm_is_blocked_a_pool_nothing_can_keep_makes_a_placeholder(
     """In a parsing process (ORM blocked) the pool goes through the REST API: without the connection
     saying where, or as a user the API refuses, the DAG is a placeholder saying so; with an API
     server that cannot be reached, the DAG is kept (its pool most likely exists from an earlier
-    parse; a placeholder would remove its runs' tasks)."""
+    parse; a placeholder would remove its runs' tasks). Two workflows in the pool: one parse asks
+    the API once for both."""
     conn_id = _conn_id()
     _connection(monkeypatch, conn_id, 2)
     _write(tmp_path, conn_id)
+    _write(tmp_path, conn_id, "pooled-twin")
     refusing = LoopbackServer(lambda _request: Reply(status=401, json={"detail": "Invalid credentials"}))
     refusing.start()
     with socket.socket() as probe:  # a port nothing listens on
@@ -255,12 +259,15 @@ def test_where_the_orm_is_blocked_a_pool_nothing_can_keep_makes_a_placeholder(
     pool = f"agentloom_{conn_id}"
     for placeholder in (missing, refused):
         assert INVALID_TAG in placeholder["tags"]
+        assert INVALID_TAG in placeholder["twin_tags"]
         assert pool in placeholder["doc"]
     assert "connection 'agentloom_airflow_api'" in missing["doc"]
     assert "is not defined" in missing["doc"]
     assert "HTTP 401 not authenticated" in refused["doc"]
+    # One login for the parse's two DAGs in the pool: the second reuses the first one's outcome.
     assert [request.path for request in refusing.requests] == ["/auth/token"]
     assert INVALID_TAG not in unreachable["tags"]
+    assert INVALID_TAG not in unreachable["twin_tags"]
     assert unreachable["pool"] == pool
     assert "api-SECRET-pw" not in done.stdout + done.stderr
     assert _slots(pool) is None  # nothing wrote the database
