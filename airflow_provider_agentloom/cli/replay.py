@@ -31,7 +31,12 @@ from airflow_provider_agentloom.cli.errors import (
 from airflow_provider_agentloom.cli.options import RunOptions
 from airflow_provider_agentloom.runner.home import EmbeddedHome, prepare_home
 from airflow_provider_agentloom.runner.private import make_private_dirs, write_atomically
-from airflow_provider_agentloom.runner.production import ProductionRun, ProductionRunError
+from airflow_provider_agentloom.runner.production import (
+    ProductionRun,
+    ProductionRunError,
+    read_database,
+    read_home,
+)
 from airflow_provider_agentloom.runner.runs import path_safe
 from airflow_provider_agentloom.workflow.parser import load_workflow
 
@@ -78,11 +83,16 @@ def from_run(args: argparse.Namespace) -> int:
     home = prepare_home(Path(args.home) if args.home else None)
     # Airflow is configured on the home by now: these import it.
     from airflow_provider_agentloom.dag.build import dag_id_for
-    from airflow_provider_agentloom.runner.from_run import build_recording, replay_conf, step_places
+    from airflow_provider_agentloom.runner.from_run import (
+        build_recording,
+        replay_conf,
+        step_places,
+        workflow_file_of,
+    )
 
     try:
         production = _read_production(args, home, dag_id, run_id, credentials)
-        file = Path(args.workflow) if args.workflow else _workflow_file(production)
+        file = Path(args.workflow) if args.workflow else workflow_file_of(production)
     except ProductionRunError as exc:
         print_error(args, str(exc))
         return EXIT_FAILED
@@ -146,8 +156,6 @@ def _read_production(
     credentials: tuple[str | None, str | None],
 ) -> ProductionRun:
     if not args.api:
-        from airflow_provider_agentloom.runner.production import read_home
-
         return read_home(home.root, dag_id, run_id)
     from airflow_provider_agentloom.runner.airflow_api import AirflowApi
 
@@ -164,12 +172,6 @@ def _read_production(
         return api.read_run(dag_id, run_id)
     finally:
         api.close()
-
-
-def _workflow_file(production: ProductionRun) -> Path:
-    from airflow_provider_agentloom.runner.from_run import workflow_file_of
-
-    return workflow_file_of(production)
 
 
 def _write_recording(home: EmbeddedHome, run_id: str, text: str) -> Path:
@@ -209,7 +211,6 @@ def _report(
     file: Path,
 ) -> int:
     from airflow_provider_agentloom.runner.from_run import compare
-    from airflow_provider_agentloom.runner.production import read_database
 
     local = read_database(home.sql_alchemy_conn, local_dag_id, result.run_id, where="the local run")
     if local is None:  # the run never started (it failed before its DAG run was made)

@@ -105,13 +105,8 @@ def _follow(
                 on_progress(*_readable(shipping.progress_of, message))
             elif "ask" in message:
                 question = message.get("question")
-                answer = (
-                    None
-                    if ask is None
-                    else ask(str(message["ask"]), str(question))
-                    if question is not None
-                    else ask(str(message["ask"]))
-                )
+                step = str(message["ask"])
+                answer = None if ask is None else ask(step, None if question is None else str(question))
                 protocol.send(sock, {"answer": answer})
 
 
